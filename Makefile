@@ -1,0 +1,31 @@
+# `make demo` and `make test` work on a fresh machine: each creates .venv if it is
+# missing and installs the pinned set (constraints.txt) before it runs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test lint docs bench bench-quick clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,prod]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/mlpipe demo
+
+lint: install
+	$(BIN)/ruff check .
+
+docs: install
+	$(BIN)/mkdocs build --strict --site-dir build/site
+
+test: install lint docs
+	$(BIN)/pytest
+
+clean:
+	rm -rf .mlpipe build/site

@@ -1,0 +1,1 @@
+"""The ``mlpipe`` command: parses arguments, calls :mod:`mlpipe`, renders with rich."""

@@ -1,0 +1,204 @@
+"""Typed settings: defaults, then ``mlpipe.toml``, then ``MLPIPE_*`` variables, then flags.
+
+``mlpipe.toml`` lives in the project home (``MLPIPE_HOME``, else the working
+directory) or where ``MLPIPE_CONFIG`` points. Its top-level keys are the base;
+a ``[profile.NAME]`` table overrides them when that profile is active
+(``MLPIPE_PROFILE`` or ``--profile``). Unknown keys are rejected with the key
+and the file named. Relative paths are resolved against the home.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from mlpipe.errors import ConfigError
+
+CONFIG_FILE = "mlpipe.toml"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServingSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(3000, ge=1, le=65535)
+    workers: int = Field(2, ge=1)
+    max_batch_size: int = Field(64, ge=1)
+    max_latency_ms: int = Field(20, ge=1)
+    feature_cache_ttl_s: float = Field(30.0, ge=0)
+    feature_cache_size: int = Field(100_000, ge=0)
+    prediction_cache_size: int = Field(100_000, ge=0)
+    reload_interval_s: float = Field(1.0, gt=0)
+    max_body_bytes: int = Field(64 * 1024, ge=1024)
+
+
+class PredlogSettings(_Section):
+    fsync_interval_s: float = Field(0.2, ge=0)
+    segment_max_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    segment_max_age_s: float = Field(300.0, gt=0)
+
+
+class MonitorSettings(_Section):
+    drift_sample_rows: int = Field(50_000, ge=100)
+    drift_share_threshold: float = Field(0.5, gt=0, le=1)
+    canary_min_requests: int = Field(200, ge=1)
+    canary_max_error_rate_delta: float = Field(0.01, ge=0)
+    canary_max_p99_ratio: float = Field(1.5, gt=0)
+
+
+class Settings(BaseSettings):
+    """Every store's URL or path, and the knobs of serving, logging and monitoring."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MLPIPE_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    home: Path = Field(default_factory=Path.cwd)
+    profile: str = "local"
+    state_dir: Path = Path(".mlpipe")
+    registry_uri: str | None = None
+    artifact_root: str | None = None
+    control_url: str | None = None
+    warehouse_url: str | None = None
+    feature_repo: Path = Path("feature_repo")
+    predlog_dir: Path | None = None
+    reports_dir: Path = Path("reports")
+    experiment: str = "mlpipe"
+    actor: str = Field(default_factory=lambda: _current_user())
+    pii_fields: list[str] = Field(default_factory=list)
+    pii_key: str = "mlpipe-default-pii-key"
+    serving: ServingSettings = Field(default_factory=ServingSettings)
+    predlog: PredlogSettings = Field(default_factory=PredlogSettings)
+    monitor: MonitorSettings = Field(default_factory=MonitorSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _TomlSource(settings_cls))
+
+    def path(self, value: Path | str) -> Path:
+        """Resolve a configured path against the project home."""
+        p = Path(value)
+        return p if p.is_absolute() else self.home / p
+
+    @property
+    def state_path(self) -> Path:
+        return self.path(self.state_dir)
+
+    @property
+    def registry(self) -> str:
+        return self.registry_uri or f"sqlite:///{self.state_path / 'mlflow.db'}"
+
+    @property
+    def artifacts(self) -> str:
+        return self.artifact_root or (self.state_path / "artifacts").as_uri()
+
+    @property
+    def control(self) -> str:
+        return self.control_url or f"sqlite:///{self.state_path / 'control.db'}"
+
+    @property
+    def warehouse(self) -> str:
+        return self.warehouse_url or f"duckdb:///{self.state_path / 'warehouse.duckdb'}"
+
+    @property
+    def feature_repo_path(self) -> Path:
+        return self.path(self.feature_repo)
+
+    @property
+    def predlog_path(self) -> Path:
+        return self.path(self.predlog_dir) if self.predlog_dir else self.state_path / "predlog"
+
+    @property
+    def reports_path(self) -> Path:
+        return self.path(self.reports_dir)
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def config_path() -> Path:
+    """Where ``mlpipe.toml`` is looked for."""
+    explicit = os.environ.get("MLPIPE_CONFIG")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("MLPIPE_HOME") or Path.cwd()) / CONFIG_FILE
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+
+
+def _profile_values(data: dict[str, Any], profile: str) -> dict[str, Any]:
+    profiles = data.pop("profile", {})
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{config_path()}: 'profile' must be a table of [profile.NAME] tables")
+    if profile in profiles:
+        data = {**data, **profiles[profile]}
+    elif profile != "local" and profiles:
+        raise ConfigError(
+            f"{config_path()}: no [profile.{profile}] (have: {', '.join(sorted(profiles))})"
+        )
+    return data
+
+
+class _TomlSource(PydanticBaseSettingsSource):
+    """Values from ``mlpipe.toml``, with the active profile's table laid over the base."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        data = _read_toml(config_path())
+        profile = os.environ.get("MLPIPE_PROFILE") or data.get("profile") or "local"
+        return _profile_values(data, profile)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build the settings; raises :class:`ConfigError` naming the file and the field."""
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if "profile" in overrides:
+        os.environ["MLPIPE_PROFILE"] = overrides["profile"]
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid settings ({config_path()} or MLPIPE_*): {problems}") from exc
+    settings.home = settings.home.resolve()
+    return settings
+
+
+__all__ = [
+    "CONFIG_FILE",
+    "MonitorSettings",
+    "PredlogSettings",
+    "ServingSettings",
+    "Settings",
+    "config_path",
+    "load_settings",
+]
