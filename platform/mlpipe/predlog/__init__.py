@@ -1,0 +1,20 @@
+"""The prediction log: per-worker append-only JSON-lines segments.
+
+A worker appends each answered request to its own segment before the response
+goes out; the warehouse loader reads closed and open segments idempotently.
+"""
+
+from mlpipe.predlog.pii import PiiHasher
+from mlpipe.predlog.record import DECODER, ENCODER, Arm, PredictionRecord
+from mlpipe.predlog.segments import PredictionSink, SegmentWriter, open_sink
+
+__all__ = [
+    "DECODER",
+    "ENCODER",
+    "Arm",
+    "PiiHasher",
+    "PredictionRecord",
+    "PredictionSink",
+    "SegmentWriter",
+    "open_sink",
+]
