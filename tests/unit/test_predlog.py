@@ -14,9 +14,19 @@ from mlpipe.predlog import DECODER, PiiHasher, PredictionRecord, SegmentWriter, 
 
 def _record(i: int) -> PredictionRecord:
     return PredictionRecord(
-        request_id=f"r{i}", ts=time.time(), tenant="default", model="fraud", version="1",
-        arm="champion", generation=1, entity_key=f"customer_id={i}", entity={"customer_id": i},
-        features={"amount": float(i)}, score=0.5, label=1, latency_ms=1.0,
+        request_id=f"r{i}",
+        ts=time.time(),
+        tenant="default",
+        model="fraud",
+        version="1",
+        arm="champion",
+        generation=1,
+        entity_key=f"customer_id={i}",
+        entity={"customer_id": i},
+        features={"amount": float(i)},
+        score=0.5,
+        label=1,
+        latency_ms=1.0,
     )
 
 

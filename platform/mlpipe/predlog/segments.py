@@ -122,9 +122,7 @@ class SegmentWriter:
     def _open(self) -> None:
         name = f"{self.worker_id}-{time.time_ns()}{OPEN_SUFFIX}"
         self._path = self.directory / name
-        self._fd = os.open(
-            self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
-        )
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         self._opened_at = time.monotonic()
         self._size = 0
 
@@ -150,7 +148,8 @@ class SegmentWriter:
                     if self._closed:
                         return
                     self._sync()
-                    if self._fd is not None and time.monotonic() - self._opened_at >= self.max_age_s:
+                    age = time.monotonic() - self._opened_at
+                    if self._fd is not None and age >= self.max_age_s:
                         self._roll()
             except OSError:
                 logger.exception("prediction log: background fsync/roll failed")
