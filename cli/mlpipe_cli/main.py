@@ -12,7 +12,7 @@ import click
 import typer
 
 from mlpipe_cli import console
-from mlpipe_cli.commands import deploy, features, models, project
+from mlpipe_cli.commands import deploy, models, project
 from mlpipe_cli.state import state
 
 app = typer.Typer(
@@ -36,7 +36,6 @@ def _global(
 project.register(app)
 models.register(app)
 deploy.register(app)
-features.register(app)
 
 
 def run() -> None:

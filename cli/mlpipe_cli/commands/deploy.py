@@ -1,0 +1,140 @@
+"""``mlpipe deploy | promote | rollback | status | history``: the deployment loop."""
+
+from __future__ import annotations
+
+import typer
+
+from mlpipe_cli import console
+from mlpipe_cli.state import state
+
+_REASON = typer.Option(None, "--reason", help="Why; recorded in the history.")
+_EXPECT = typer.Option(
+    None, "--expect-generation", help="Fail unless the record is at this generation."
+)
+
+
+def register(app: typer.Typer) -> None:
+    for name, fn in [
+        ("deploy", deploy),
+        ("promote", promote),
+        ("rollback", rollback),
+        ("status", status),
+        ("history", history),
+    ]:
+        app.command(name)(fn)
+
+
+def deploy(
+    name: str = typer.Argument(...),
+    version: str = typer.Option(..., "--version", help="Registered version to deploy."),
+    canary: float | None = typer.Option(None, "--canary", help="Run as canary at PCT %."),
+    shadow: float | None = typer.Option(None, "--shadow", help="Mirror PCT % of traffic."),
+    reason: str | None = _REASON,
+    expect_generation: int | None = _EXPECT,
+) -> None:
+    """Deploy a version: as champion, or as a canary / shadow next to it."""
+    from mlpipe import deployments
+
+    record = deployments.deploy(
+        state.settings(),
+        name,
+        version,
+        canary=canary,
+        shadow=shadow,
+        reason=reason,
+        expected_generation=expect_generation,
+    )
+    _render(record)
+
+
+def promote(
+    name: str = typer.Argument(...),
+    force: bool = typer.Option(False, "--force", help="Promote despite a failed analysis."),
+    reason: str | None = _REASON,
+    expect_generation: int | None = _EXPECT,
+) -> None:
+    """Make the canary the champion; the old champion becomes @previous."""
+    from mlpipe import deployments
+
+    record = deployments.promote(
+        state.settings(), name, reason=reason, force=force, expected_generation=expect_generation
+    )
+    _render(record)
+
+
+def rollback(
+    name: str = typer.Argument(...),
+    reason: str | None = _REASON,
+    expect_generation: int | None = _EXPECT,
+) -> None:
+    """Drop the canary, or put @previous back as champion."""
+    from mlpipe import deployments
+
+    record = deployments.rollback(
+        state.settings(), name, reason=reason, expected_generation=expect_generation
+    )
+    _render(record)
+
+
+def status(
+    name: str = typer.Argument(...), json_out: bool = typer.Option(False, "--json")
+) -> None:
+    """The deployment record of a model."""
+    from mlpipe import deployments
+
+    record = deployments.status(state.settings(), name)
+    if json_out:
+        from dataclasses import asdict
+
+        console.print_json(asdict(record))
+        return
+    _render(record)
+
+
+def history(
+    name: str = typer.Argument(...),
+    limit: int = typer.Option(20, "--limit", min=1),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Every change to the deployment record, newest first."""
+    from dataclasses import asdict
+
+    from mlpipe import deployments
+
+    entries = deployments.history(state.settings(), name, limit)
+    if json_out:
+        console.print_json([asdict(e) for e in entries])
+        return
+    cols = ["gen", "action", "champion", "canary", "shadow", "previous", "at", "actor", "reason"]
+    rows = [
+        [
+            e.generation,
+            e.action,
+            e.champion,
+            _pct(e.canary, e.canary_weight),
+            _pct(e.shadow, e.shadow_sample),
+            e.previous,
+            e.at.strftime("%Y-%m-%d %H:%M:%S"),
+            e.actor,
+            e.reason,
+        ]
+        for e in entries
+    ]
+    console.show(console.table(f"history of {name}", cols, rows))
+
+
+def _pct(version: str | None, pct: float) -> str | None:
+    return f"{version} ({pct:g}%)" if version else None
+
+
+def _render(record) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        ["generation", record.generation],
+        ["champion", record.champion],
+        ["canary", _pct(record.canary, record.canary_weight)],
+        ["shadow", _pct(record.shadow, record.shadow_sample)],
+        ["previous", record.previous],
+        ["updated", f"{record.updated_at:%Y-%m-%d %H:%M:%S} by {record.actor}"],
+        ["reason", record.reason],
+    ]
+    console.show(console.table(f"deployment of {record.model}", ["field", "value"], rows))

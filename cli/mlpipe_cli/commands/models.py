@@ -1,0 +1,103 @@
+"""``mlpipe register`` and ``mlpipe models list|show``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mlpipe_cli import console
+from mlpipe_cli.state import state
+
+models_app = typer.Typer(help="Read the model registry.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("register")(register_version)
+    app.add_typer(models_app, name="models")
+
+
+def _parse_metrics(pairs: list[str]) -> dict[str, float]:
+    from mlpipe.errors import InvalidInput
+
+    metrics = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        try:
+            metrics[key] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            raise InvalidInput(f"--metric expects KEY=NUMBER, got {pair!r}")
+    return metrics
+
+
+def register_version(
+    name: str = typer.Argument(..., help="Registered model name."),
+    model: Path | None = typer.Option(None, "--model", help="Pickle/joblib file or MLflow dir."),
+    run: str | None = typer.Option(None, "--run", help="MLflow run id holding 'model'."),
+    dataset: Path = typer.Option(..., "--dataset", help="Training set (CSV/Parquet)."),
+    feature_service: str | None = typer.Option(None, "--feature-service"),
+    label: str = typer.Option("label", "--label", help="Label column in the dataset."),
+    metric: list[str] = typer.Option([], "--metric", help="KEY=VALUE, repeatable."),
+    threshold: float = typer.Option(0.5, "--threshold", help="Score at or above → label 1."),
+    trust: list[str] = typer.Option([], "--trust", help="Extra skops type to trust."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Register a new model version with its lineage."""
+    from mlpipe import registry
+
+    info = registry.register(
+        state.settings(),
+        name,
+        dataset=dataset,
+        model_path=model,
+        run_id=run,
+        feature_service=feature_service,
+        label=label,
+        metrics=_parse_metrics(metric),
+        threshold=threshold,
+        trust=tuple(trust),
+    )
+    _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
+
+
+@models_app.command("list")
+def list_models(json_out: bool = typer.Option(False, "--json")) -> None:
+    """Registered models with their latest version and aliases."""
+    from dataclasses import asdict
+
+    from mlpipe import registry
+
+    models = registry.list_models(state.settings())
+    if json_out:
+        console.print_json([asdict(m) for m in models])
+        return
+    rows = [
+        [m.name, m.latest_version, " ".join(f"@{a}={v}" for a, v in sorted(m.aliases.items()))]
+        for m in models
+    ]
+    console.show(console.table("models", ["name", "latest", "aliases"], rows))
+
+
+@models_app.command("show")
+def show(
+    ref: str = typer.Argument(..., help="NAME, NAME/VERSION or NAME@ALIAS."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """One version with its lineage tags."""
+    from mlpipe import registry
+
+    _render_version(registry.show(state.settings(), ref), json_out, title=ref)
+
+
+def _render_version(info, json_out: bool, title: str) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import asdict
+
+    if json_out:
+        console.print_json(asdict(info))
+        return
+    rows = [["version", info.version], ["aliases", " ".join("@" + a for a in info.aliases)]]
+    rows += [["run", info.run_id], ["source", info.source]]
+    rows += [[k, v] for k, v in sorted(info.tags.items())]
+    console.show(console.table(title, ["field", "value"], rows))

@@ -1,0 +1,140 @@
+"""The local stack: create it (``init``) and check every store (``doctor``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlpipe.config import Settings
+from mlpipe.errors import MlpipeError
+
+
+@dataclass(frozen=True)
+class InitStep:
+    store: str
+    location: str
+    created: bool
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    store: str
+    location: str
+    ok: bool
+    detail: str
+
+
+def init(settings: Settings) -> list[InitStep]:
+    """Create what is missing of the local stack; a second run creates nothing."""
+    from mlpipe import deployments, registry
+
+    steps = [
+        _ensure_dir("state", settings.state_path),
+        _ensure_dir("prediction log", settings.predlog_path),
+        _ensure_dir("reports", settings.reports_path),
+    ]
+    steps.append(_ensure_store("registry", settings.registry, lambda: registry.client(settings)))
+    steps.append(
+        _ensure_store("control plane", settings.control, lambda: deployments.control_plane(settings))
+    )
+    steps.append(_ensure_store("warehouse", settings.warehouse, lambda: _warehouse_init(settings)))
+    return steps
+
+
+def _warehouse_init(settings: Settings) -> None:
+    from mlpipe import warehouse
+
+    warehouse.migrate(settings)
+
+
+def _ensure_dir(store: str, path: Path) -> InitStep:
+    existed = path.is_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    return InitStep(store, str(path), created=not existed)
+
+
+def _ensure_store(store: str, url: str, create: Callable[[], object]) -> InitStep:
+    path = _local_file(url)
+    existed = path.exists() if path else True
+    create()
+    return InitStep(store, url, created=not existed)
+
+
+def _local_file(url: str) -> Path | None:
+    for prefix in ("sqlite:///", "duckdb:///"):
+        if url.startswith(prefix):
+            return Path(url.removeprefix(prefix))
+    return None
+
+
+def doctor(settings: Settings) -> list[StoreCheck]:
+    """Check each store the settings name; never raises for an unreachable store."""
+    checks: list[tuple[str, str, Callable[[], str]]] = [
+        ("registry", settings.registry, lambda: _check_registry(settings)),
+        ("control plane", settings.control, lambda: _check_control(settings)),
+        ("feature store", str(settings.feature_repo_path), lambda: _check_features(settings)),
+        ("warehouse", settings.warehouse, lambda: _check_warehouse(settings)),
+        ("prediction log", str(settings.predlog_path), lambda: _check_dir(settings.predlog_path)),
+        ("reports", str(settings.reports_path), lambda: _check_dir(settings.reports_path)),
+    ]
+    return [_run_check(store, location, check) for store, location, check in checks]
+
+
+def _run_check(store: str, location: str, check: Callable[[], str]) -> StoreCheck:
+    try:
+        return StoreCheck(store, location, True, check())
+    except MlpipeError as exc:
+        return StoreCheck(store, location, False, str(exc))
+    except Exception as exc:  # noqa: BLE001 - doctor reports every failure, whatever its type
+        return StoreCheck(store, location, False, f"{type(exc).__name__}: {exc}")
+
+
+def _require_file(url: str, hint: str) -> None:
+    path = _local_file(url)
+    if path is not None and not path.exists():
+        raise MlpipeError(f"{path} does not exist ({hint})")
+
+
+def _check_registry(settings: Settings) -> str:
+    from mlpipe import registry
+
+    _require_file(settings.registry, "run `mlpipe init`")
+    models = registry.list_models(settings)
+    return f"{len(models)} registered model(s)"
+
+
+def _check_control(settings: Settings) -> str:
+    from mlpipe import deployments
+
+    _require_file(settings.control, "run `mlpipe init`")
+    return f"{len(deployments.generations(settings))} deployed model(s)"
+
+
+def _check_features(settings: Settings) -> str:
+    repo = settings.feature_repo_path
+    if not (repo / "feature_store.yaml").is_file():
+        raise MlpipeError(f"no feature_store.yaml in {repo}")
+    from mlpipe import features
+
+    services = features.list_services(settings)
+    return f"{len(services)} feature service(s)"
+
+
+def _check_warehouse(settings: Settings) -> str:
+    from mlpipe import warehouse
+
+    _require_file(settings.warehouse, "run `mlpipe init`")
+    return warehouse.describe(settings)
+
+
+def _check_dir(path: Path) -> str:
+    if not path.is_dir():
+        raise MlpipeError(f"{path} does not exist (run `mlpipe init`)")
+    probe = path / ".doctor-probe"
+    probe.write_text("ok")
+    probe.unlink()
+    return "writable"
+
+
+__all__ = ["InitStep", "StoreCheck", "doctor", "init"]
