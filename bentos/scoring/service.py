@@ -1,0 +1,59 @@
+"""The mlpipe scoring service: BentoML glue around :mod:`mlpipe.serving`.
+
+One batchable API does the whole request path for a batch (features in one
+online-store call per feature service, scoring per version group, one log
+append), behind the :class:`~mlpipe.serving.PredictGateway` middleware that
+keeps the single-object ``/predict`` contract. Settings come from the
+environment (``MLPIPE_HOME``, ``MLPIPE_PROFILE``, ``MLPIPE_SERVING__*``), which
+``mlpipe serve`` sets for the server process.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import bentoml
+
+from mlpipe.config import load_settings
+from mlpipe.serving import PredictGateway, PredictRequest, ServingRuntime, set_current
+
+settings = load_settings()
+_s = settings.serving
+
+logging.getLogger("mlpipe").setLevel(logging.INFO)
+
+
+@bentoml.service(
+    name="mlpipe-scoring",
+    workers=_s.workers,
+    traffic={"timeout": 30},
+    logging={"access": {"enabled": False}},
+    endpoints={"livez": "/livez", "readyz": "/readyz"},
+)
+class Scoring:
+    """Gateway and model runner in one process per worker (measured fastest on CPU)."""
+
+    def __init__(self) -> None:
+        self.runtime = ServingRuntime(settings).start()
+        set_current(self.runtime)
+
+    @bentoml.api(
+        route="/predict",
+        batchable=True,
+        max_batch_size=_s.max_batch_size,
+        max_latency_ms=_s.max_latency_ms,
+    )
+    def predict(self, requests: list[PredictRequest], /) -> list[dict[str, Any]]:
+        return self.runtime.pipeline.predict_batch(requests)
+
+    def __is_ready__(self) -> bool:
+        return self.runtime.ready
+
+    @bentoml.on_shutdown
+    def shutdown(self) -> None:
+        set_current(None)
+        self.runtime.close()
+
+
+Scoring.add_asgi_middleware(PredictGateway, max_body_bytes=_s.max_body_bytes)

@@ -1,0 +1,171 @@
+"""The gateway: pure-ASGI middleware in front of BentoML's batchable ``/predict``.
+
+BentoML's adaptive batcher merges requests whose bodies are JSON *lists*. The
+``/predict`` contract takes one object and returns one object, so this layer,
+per request and before the request joins a batch:
+
+- refuses a body over ``max_body_bytes`` (413) and malformed JSON (400);
+- validates it (pydantic; 422 naming the field), checks the model is served
+  here (404) and that the inputs it needs are there (422);
+- sets ``request_id`` (if absent), ``received_ns`` and ``tenant``;
+- forwards ``[request]`` and unwraps the one-element answer, giving an error
+  item its own status.
+
+Every error body is ``{"error": ..., "status": ..., "field": ...}``; statuses
+come from :mod:`mlpipe.errors` in :func:`mlpipe.serving.pipeline.error_for`, the
+one place that maps them. A rejected request never reaches the pipeline, so it
+leaves no log row.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from mlpipe.errors import MlpipeError
+from mlpipe.serving import runtime as _runtime
+from mlpipe.serving.pipeline import error_for, new_request_id
+from mlpipe.serving.schema import PredictRequest, describe_validation_error, error_body
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_JSON = [(b"content-type", b"application/json")]
+
+
+class PredictGateway:
+    """Wraps the BentoML app; only ``POST {path}`` is touched."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, path: str = "/predict") -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        rt = _runtime.current()
+        started = time.perf_counter()
+        body = await self._read_body(scope, receive)
+        if body is None:
+            limit = self.max_body_bytes
+            await self._reply(send, rt, error_body(f"body over {limit} bytes", 413))
+            return
+        try:
+            req = PredictRequest.model_validate_json(body)
+        except ValidationError as exc:
+            field, message = describe_validation_error(exc)
+            if exc.errors()[0]["type"] == "json_invalid":
+                await self._reply(send, rt, error_body(f"malformed JSON: {message}", 400))
+            else:
+                await self._reply(send, rt, error_body(message, 422, field))
+            return
+        if rt is None or not rt.ready:
+            await self._reply(send, rt, error_body("not ready: models still loading", 503))
+            return
+        try:
+            rt.pipeline.check(req)
+        except MlpipeError as exc:
+            await self._reply(send, rt, error_for(exc))
+            return
+        state = scope.get("state") or {}
+        req = req.model_copy(
+            update={
+                "request_id": req.request_id or new_request_id(),
+                "received_ns": time.time_ns(),
+                "tenant": state.get("tenant", "default"),
+            }
+        )
+        await self._forward(scope, send, rt, req, started)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit():
+                if int(value) > self.max_body_bytes:
+                    return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _forward(
+        self, scope: Scope, send: Send, rt: Any, req: PredictRequest, started: float
+    ) -> None:
+        payload = b"[" + req.model_dump_json().encode() + b"]"
+        headers = [
+            (k, v) for k, v in scope["headers"] if k not in (b"content-length", b"content-type")
+        ]
+        headers += [*_JSON, (b"content-length", str(len(payload)).encode())]
+        inner_scope = {**scope, "headers": headers}
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+
+        start: Message = {}
+        chunks: list[bytes] = []
+
+        async def capture(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            await self._unwrap(send, rt, req, start, b"".join(chunks), started)
+
+        await self.app(inner_scope, receive, capture)
+
+    async def _unwrap(
+        self, send: Send, rt: Any, req: PredictRequest, start: Message, body: bytes, started: float
+    ) -> None:
+        status = start.get("status", 500)
+        if status == 200 and body.startswith(b"[") and body.endswith(b"]"):
+            body = body[1:-1]
+            if body.startswith(b'{"error"'):
+                status = int(json.loads(body).get("status", 500))
+                rt.metrics.rejected.labels(str(status)).inc()
+            else:
+                arm = "canary" if b'"arm":"canary"' in body else "champion"
+                rt.metrics.latency.labels(req.model, arm).observe(time.perf_counter() - started)
+        else:
+            rt.metrics.rejected.labels(str(status)).inc()
+        headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _reply(self, send: Send, rt: Any, body: dict[str, Any]) -> None:
+        status = body["status"]
+        if rt is not None:
+            rt.metrics.rejected.labels(str(status)).inc()
+        data = json.dumps(body).encode()
+        headers = [*_JSON, (b"content-length", str(len(data)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+__all__ = ["PredictGateway"]
