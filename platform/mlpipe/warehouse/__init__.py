@@ -1,0 +1,44 @@
+"""The warehouse: prediction log, outcomes, deployment mirror and report index in one SQL database.
+
+DuckDB through SQLAlchemy Core by default (``settings.warehouse``); PostgreSQL by
+changing the URL. Tables are created by the tool's own migrations on first use.
+Every call opens the database only for as long as it needs it and waits
+(bounded, reported through ``notify``) when another process holds DuckDB's lock.
+"""
+
+from mlpipe.warehouse._engine import Notify, read, write
+from mlpipe.warehouse._outcomes import ACCEPTED_COLUMNS, OutcomesResult, load_outcomes
+from mlpipe.warehouse._read import (
+    PredictionWindow,
+    QueryResult,
+    ReportEntry,
+    list_reports,
+    models_in_warehouse,
+    prediction_window,
+    query,
+    record_reports,
+)
+from mlpipe.warehouse._schema import metadata
+from mlpipe.warehouse._sync import SkippedLine, SyncResult, parse_segment, sync
+
+__all__ = [
+    "ACCEPTED_COLUMNS",
+    "Notify",
+    "OutcomesResult",
+    "PredictionWindow",
+    "QueryResult",
+    "ReportEntry",
+    "SkippedLine",
+    "SyncResult",
+    "list_reports",
+    "load_outcomes",
+    "metadata",
+    "models_in_warehouse",
+    "parse_segment",
+    "prediction_window",
+    "query",
+    "read",
+    "record_reports",
+    "sync",
+    "write",
+]

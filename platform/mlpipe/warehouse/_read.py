@@ -1,0 +1,220 @@
+"""Reads over the warehouse: ad-hoc SQL, windows of predictions (sampled in SQL), reports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+
+from mlpipe.errors import InvalidInput
+from mlpipe.warehouse import _engine, _schema
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from mlpipe.config import Settings
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool
+
+
+def query(
+    settings: Settings, sql: str, limit: int | None = 1000, notify: _engine.Notify | None = None
+) -> QueryResult:
+    """Run one read-only SQL statement; at most ``limit`` rows come back (``truncated`` says so).
+
+    DuckDB opens the file read-only with file-system access off, so a statement that
+    writes (to the warehouse or to a file) fails. Raises :class:`InvalidInput` for
+    empty or failing SQL.
+    """
+    if not sql.strip():
+        raise InvalidInput("empty SQL")
+    with _engine.read(settings, notify) as conn:
+        if not _engine.is_duckdb(settings.warehouse):
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        try:
+            result = conn.exec_driver_sql(sql)
+            if not result.returns_rows:
+                return QueryResult([], [], False)
+            columns = list(result.keys())
+            rows = result.fetchmany(limit + 1) if limit is not None else result.fetchall()
+        except DBAPIError as exc:
+            message = str(exc.orig).strip().splitlines()[0]
+            raise InvalidInput(f"query failed: {message}") from exc
+    truncated = limit is not None and len(rows) > limit
+    return QueryResult(columns, [tuple(r) for r in rows[:limit]], truncated)
+
+
+@dataclass
+class PredictionWindow:
+    """Predictions of one model in [start, end): base columns, and the logged features beside them.
+
+    ``rows`` has request_id, ts, arm, version, generation, score, label,
+    latency_ms, status and ``outcome`` (NaN where no label has arrived);
+    ``features`` has one column per logged model input, on the same index.
+    ``total`` counts the window before sampling.
+    """
+
+    rows: pd.DataFrame
+    features: pd.DataFrame
+    total: int
+    sampled: bool
+
+
+_BASE = [
+    "request_id",
+    "ts",
+    "arm",
+    "version",
+    "generation",
+    "score",
+    "label",
+    "latency_ms",
+    "status",
+]
+
+
+def prediction_window(
+    settings: Settings,
+    model: str,
+    start: datetime,
+    end: datetime,
+    arm: str | None = None,
+    sample_rows: int | None = None,
+    seed: int = 42,
+    notify: _engine.Notify | None = None,
+) -> PredictionWindow:
+    """Read a window of predictions (naive UTC times), sampled in SQL above ``sample_rows``."""
+    import msgspec
+    import pandas as pd
+
+    p, o = _schema.predictions, _schema.outcomes
+    cond = [p.c.model == model, p.c.ts >= start, p.c.ts < end]
+    if arm is not None:
+        cond.append(p.c.arm == arm)
+    with _engine.read(settings, notify) as conn:
+        total = conn.execute(sa.select(sa.func.count()).select_from(p).where(*cond)).scalar_one()
+        stmt = (
+            sa.select(*(p.c[c] for c in _BASE), p.c.features, o.c.outcome)
+            .select_from(p.outerjoin(o, o.c.request_id == p.c.request_id))
+            .where(*cond)
+        )
+        sampled = sample_rows is not None and total > sample_rows
+        if sampled and _engine.is_duckdb(settings.warehouse):
+            inner = stmt.compile(conn, compile_kwargs={"literal_binds": True})
+            rows = conn.exec_driver_sql(
+                f"SELECT * FROM ({inner}) AS w "
+                f"USING SAMPLE reservoir({int(sample_rows or 0)} ROWS) REPEATABLE ({int(seed)})"
+            ).all()
+        elif sampled:
+            rows = conn.execute(stmt.order_by(sa.func.random()).limit(sample_rows)).all()
+        else:
+            rows = conn.execute(stmt.order_by(p.c.ts)).all()
+    columns = [*_BASE, "features", "outcome"]
+    frame = pd.DataFrame(rows, columns=columns)
+    decoded = (
+        msgspec.json.decode(("[" + ",".join(frame["features"]) + "]").encode())
+        if len(frame)
+        else []
+    )
+    features = (
+        pd.DataFrame.from_records(decoded, index=frame.index)
+        if decoded
+        else pd.DataFrame(index=frame.index)
+    )
+    features = features.apply(pd.to_numeric, errors="coerce") if len(features.columns) else features
+    frame = frame.drop(columns=["features"])
+    frame["ts"] = pd.to_datetime(frame["ts"])
+    frame["outcome"] = pd.to_numeric(frame["outcome"], errors="coerce")
+    return PredictionWindow(frame, features, int(total), bool(sampled))
+
+
+def models_in_warehouse(settings: Settings, notify: _engine.Notify | None = None) -> list[str]:
+    with _engine.read(settings, notify) as conn:
+        p = _schema.predictions
+        return list(conn.execute(sa.select(p.c.model).distinct().order_by(p.c.model)).scalars())
+
+
+@dataclass(frozen=True)
+class ReportEntry:
+    """A row of the ``reports`` index."""
+
+    id: str
+    kind: str  # "drift", "canary", "skew", "rollout"
+    model: str
+    arm: str | None
+    version: str | None
+    window_start: datetime | None
+    window_end: datetime | None
+    created_at: datetime
+    verdict: str
+    path: str | None
+    summary: dict[str, Any]
+
+
+def record_reports(
+    settings: Settings, entries: list[ReportEntry], notify: _engine.Notify | None = None
+) -> None:
+    """Add rows to the ``reports`` index, in one transaction."""
+    with _engine.write(settings, notify) as conn:
+        for e in entries:
+            conn.execute(
+                _schema.reports.insert().values(
+                    id=e.id,
+                    kind=e.kind,
+                    model=e.model,
+                    arm=e.arm,
+                    version=e.version,
+                    window_start=e.window_start,
+                    window_end=e.window_end,
+                    created_at=e.created_at,
+                    verdict=e.verdict,
+                    path=e.path,
+                    summary=json.dumps(e.summary, default=str),
+                )
+            )
+
+
+def list_reports(
+    settings: Settings,
+    model: str | None = None,
+    kind: str | None = None,
+    version: str | None = None,
+    limit: int = 20,
+    notify: _engine.Notify | None = None,
+) -> list[ReportEntry]:
+    """Newest first."""
+    r = _schema.reports
+    stmt = sa.select(r).order_by(r.c.created_at.desc(), r.c.id.desc()).limit(limit)
+    if model is not None:
+        stmt = stmt.where(r.c.model == model)
+    if kind is not None:
+        stmt = stmt.where(r.c.kind == kind)
+    if version is not None:
+        stmt = stmt.where(r.c.version == version)
+    with _engine.read(settings, notify) as conn:
+        rows = conn.execute(stmt).all()
+    return [
+        ReportEntry(
+            id=row.id,
+            kind=row.kind,
+            model=row.model,
+            arm=row.arm,
+            version=row.version,
+            window_start=row.window_start,
+            window_end=row.window_end,
+            created_at=row.created_at,
+            verdict=row.verdict,
+            path=row.path,
+            summary=json.loads(row.summary),
+        )
+        for row in rows
+    ]

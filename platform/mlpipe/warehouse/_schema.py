@@ -1,0 +1,148 @@
+"""Warehouse tables and the migrations that create them (SQLAlchemy Core, no Alembic).
+
+Each migration runs once, in order, inside the write transaction that opens the
+warehouse; ``schema_migrations`` records which ones ran. Add a migration by
+appending to ``MIGRATIONS``; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy import Connection
+
+metadata = sa.MetaData()
+
+schema_migrations = sa.Table(
+    "schema_migrations",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("applied_at", sa.DateTime, nullable=False),
+)
+
+# One row per logged prediction. A shadow answer shares its request id with the
+# answer the client got, so the key is (request_id, arm).
+predictions = sa.Table(
+    "predictions",
+    metadata,
+    sa.Column("request_id", sa.String, primary_key=True),
+    sa.Column("arm", sa.String, primary_key=True),
+    sa.Column("ts", sa.DateTime, nullable=False),  # UTC, naive
+    sa.Column("tenant", sa.String, nullable=False),
+    sa.Column("model", sa.String, nullable=False),
+    sa.Column("version", sa.String, nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("entity_key", sa.String, nullable=False),
+    sa.Column("entity", sa.Text, nullable=False),  # JSON object
+    sa.Column("features", sa.Text, nullable=False),  # JSON object: model inputs as used
+    sa.Column("score", sa.Double, nullable=False),
+    sa.Column("label", sa.Integer, nullable=False),
+    sa.Column("latency_ms", sa.Double, nullable=False),
+    sa.Column("feature_cache_hit", sa.Boolean, nullable=False),
+    sa.Column("prediction_cache_hit", sa.Boolean, nullable=False),
+    sa.Column("features_missing", sa.Text, nullable=False),  # JSON list
+    sa.Column("status", sa.String, nullable=False),
+    sa.Column("segment", sa.String, nullable=False),
+    sa.Column("loaded_at", sa.DateTime, nullable=False),
+)
+
+# Ground truth, resolved to the request it labels when it is loaded.
+outcomes = sa.Table(
+    "outcomes",
+    metadata,
+    sa.Column("request_id", sa.String, primary_key=True),
+    sa.Column("outcome", sa.Double, nullable=False),
+    sa.Column("outcome_ts", sa.DateTime, nullable=True),
+    sa.Column("source", sa.String, nullable=False),
+    sa.Column("loaded_at", sa.DateTime, nullable=False),
+)
+
+# Mirror of the control plane's deployment history (the control plane is the source of truth).
+deployments = sa.Table(
+    "deployments",
+    metadata,
+    sa.Column("model", sa.String, primary_key=True),
+    sa.Column("generation", sa.Integer, primary_key=True),
+    sa.Column("champion", sa.String, nullable=True),
+    sa.Column("canary", sa.String, nullable=True),
+    sa.Column("canary_weight", sa.Double, nullable=True),
+    sa.Column("shadow", sa.String, nullable=True),
+    sa.Column("shadow_sample", sa.Double, nullable=True),
+    sa.Column("action", sa.String, nullable=True),
+    sa.Column("actor", sa.String, nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("changed_at", sa.DateTime, nullable=True),
+)
+
+# Index of generated reports and their verdicts (drift, canary, skew).
+reports = sa.Table(
+    "reports",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("model", sa.String, nullable=False),
+    sa.Column("arm", sa.String, nullable=True),
+    sa.Column("version", sa.String, nullable=True),
+    sa.Column("window_start", sa.DateTime, nullable=True),
+    sa.Column("window_end", sa.DateTime, nullable=True),
+    sa.Column("created_at", sa.DateTime, nullable=False),
+    sa.Column("verdict", sa.String, nullable=False),
+    sa.Column("path", sa.String, nullable=True),
+    sa.Column("summary", sa.Text, nullable=False),  # JSON
+)
+
+# Segment files already loaded whole: a closed segment seen with the same size is not re-read.
+segments = sa.Table(
+    "segments",
+    metadata,
+    sa.Column("path", sa.String, primary_key=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("rows", sa.Integer, nullable=False),
+    sa.Column("skipped_lines", sa.Integer, nullable=False),
+    sa.Column("loaded_at", sa.DateTime, nullable=False),
+)
+
+
+def _create(*tables: sa.Table) -> Callable[[Connection], None]:
+    def run(conn: Connection) -> None:
+        for table in tables:
+            table.create(conn, checkfirst=True)
+
+    return run
+
+
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
+    (
+        1,
+        "predictions, outcomes, deployments, reports, segments",
+        _create(predictions, outcomes, deployments, reports, segments),
+    ),
+]
+HEAD = MIGRATIONS[-1][0]
+
+
+def migrate(conn: Connection) -> list[int]:
+    """Apply the migrations not yet recorded; returns the versions applied."""
+    schema_migrations.create(conn, checkfirst=True)
+    done = set(conn.execute(sa.select(schema_migrations.c.version)).scalars())
+    applied = []
+    for version, name, step in MIGRATIONS:
+        if version in done:
+            continue
+        step(conn)
+        conn.execute(
+            schema_migrations.insert().values(
+                version=version, name=name, applied_at=datetime.now(UTC).replace(tzinfo=None)
+            )
+        )
+        applied.append(version)
+    return applied
+
+
+def current_version(conn: Connection) -> int:
+    if not sa.inspect(conn).has_table("schema_migrations"):
+        return 0
+    return conn.execute(sa.select(sa.func.max(schema_migrations.c.version))).scalar() or 0
