@@ -231,10 +231,10 @@ def training_set(settings: Settings, service: str, entities: pd.DataFrame) -> pd
     FeatureService serving reads): each row gets the latest value whose event
     time is at or before its own and within the view's TTL; features with no such
     value get their default, as they would online. Other columns (labels,
-    request-time features) pass through. Rows keep the input order; feature
-    columns are float64, in the service's order. Raises :class:`InvalidInput`
-    when a join key or ``event_timestamp`` is missing, :class:`NotFound` for an
-    unknown service and :class:`StoreUnavailable` when the offline store fails.
+    request-time features) pass through unchanged; every input row comes back,
+    in order, with the feature columns (float64, in the service's order) after
+    them. Raises :class:`InvalidInput` when a join key or ``event_timestamp`` is
+    missing, :class:`NotFound` for an unknown service and :class:`StoreUnavailable` when the offline store fails.
     """
     import pandas as pd
 
@@ -247,7 +247,7 @@ def training_set(settings: Settings, service: str, entities: pd.DataFrame) -> pd
     clash = sorted(set(spec.features) & set(entities))
     if clash:
         raise InvalidInput(f"entities already hold feature column(s) {', '.join(clash)}")
-    frame = entities.copy()
+    frame = entities.reset_index(drop=True)
     frame[EVENT_TIMESTAMP] = pd.to_datetime(frame[EVENT_TIMESTAMP], utc=True)
     frame[_ROW] = range(len(frame))
     with _quiet():
@@ -258,11 +258,14 @@ def training_set(settings: Settings, service: str, entities: pd.DataFrame) -> pd
                 entity_df=frame, features=feature_service
             ).to_df(),
         )
-    joined = joined.sort_values(_ROW, kind="stable").drop(columns=_ROW).reset_index(drop=True)
+    # Feast's file (dask) store drops an entity row none of whose candidate feature rows
+    # falls in its TTL window, and may retype pass-through columns: so take only the
+    # features from its answer and join them back onto the caller's rows.
+    values = frame[[_ROW]].merge(joined[[_ROW, *spec.features]], on=_ROW, how="left")
+    result = frame.drop(columns=_ROW)
     for name in spec.features:
-        joined[name] = joined[name].astype("float64").fillna(spec.defaults[name])
-    passthrough = [c for c in entities.columns if c not in spec.features]
-    return joined[[*passthrough, *spec.features]]
+        result[name] = values[name].astype("float64").fillna(spec.defaults[name]).to_numpy()
+    return result
 
 
 def _spec(store: FeatureStore, service: FeatureService) -> FeatureServiceSpec:
