@@ -234,7 +234,8 @@ def training_set(settings: Settings, service: str, entities: pd.DataFrame) -> pd
     request-time features) pass through unchanged; every input row comes back,
     in order, with the feature columns (float64, in the service's order) after
     them. Raises :class:`InvalidInput` when a join key or ``event_timestamp`` is
-    missing, :class:`NotFound` for an unknown service and :class:`StoreUnavailable` when the offline store fails.
+    missing, :class:`NotFound` for an unknown service and :class:`StoreUnavailable`
+    when the offline store fails.
     """
     import pandas as pd
 
