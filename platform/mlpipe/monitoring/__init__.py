@@ -1,0 +1,22 @@
+"""Monitoring: drift, canary analysis, rollout and train/serve skew over the warehouse.
+
+Evidently computes the drift statistics and renders the reports; this package
+chooses the windows and references, screens awkward columns, turns results into
+verdicts with exit codes, and indexes every report in the warehouse.
+"""
+
+from mlpipe.monitoring._drift import ArmDrift, ColumnDrift, DriftVerdict, drift
+from mlpipe.monitoring._screen import SkippedColumn
+from mlpipe.monitoring._window import Window, parse_duration, parse_reference, window_ending
+
+__all__ = [
+    "ArmDrift",
+    "ColumnDrift",
+    "DriftVerdict",
+    "SkippedColumn",
+    "Window",
+    "drift",
+    "parse_duration",
+    "parse_reference",
+    "window_ending",
+]

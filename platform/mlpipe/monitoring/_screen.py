@@ -1,0 +1,127 @@
+"""Which columns can be tested for drift, in what form, and why the others cannot.
+
+Evidently is robust but not to everything: a column with no values, a column
+that is one value on both sides, a type that differs between reference and
+current, ±inf. Those are settled here, before Evidently sees the data, so the
+report covers the rest and the summary says what was left out and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class SkippedColumn:
+    column: str
+    reason: str
+
+
+@dataclass
+class Screened:
+    reference: pd.DataFrame
+    current: pd.DataFrame
+    numerical: list[str] = field(default_factory=list)
+    categorical: list[str] = field(default_factory=list)
+    skipped: list[SkippedColumn] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _kind(series: pd.Series) -> str:
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(series):
+        return "categorical"
+    if pd.api.types.is_numeric_dtype(series):
+        return "numerical"
+    return "categorical"
+
+
+def _as_numbers(series: pd.Series) -> pd.Series | None:
+    """The series as numbers when every present value is one, else None."""
+    import pandas as pd
+
+    converted = pd.to_numeric(series, errors="coerce")
+    return converted if converted.notna().sum() == series.notna().sum() else None
+
+
+def screen(
+    reference: pd.DataFrame, current: pd.DataFrame, columns: list[str], min_values: int
+) -> Screened:
+    """Decide, per column, numerical / categorical / skipped (with the reason)."""
+    import numpy as np
+    import pandas as pd
+
+    ref_out: dict[str, pd.Series] = {}
+    cur_out: dict[str, pd.Series] = {}
+    result = Screened(pd.DataFrame(), pd.DataFrame())
+    for col in columns:
+        if col not in reference.columns:
+            result.skipped.append(SkippedColumn(col, "not in the reference"))
+            continue
+        if col not in current.columns:
+            result.skipped.append(SkippedColumn(col, "not in the logged requests"))
+            continue
+        ref, cur = reference[col], current[col]
+        kinds = (_kind(ref), _kind(cur))
+        if kinds[0] != kinds[1] and ref.notna().any() and cur.notna().any():
+            fixed_ref = _as_numbers(ref) if kinds[0] == "categorical" else ref
+            fixed_cur = _as_numbers(cur) if kinds[1] == "categorical" else cur
+            if fixed_ref is None or fixed_cur is None:
+                result.skipped.append(
+                    SkippedColumn(
+                        col,
+                        f"type differs: {kinds[0]} ({ref.dtype}) in the reference, "
+                        f"{kinds[1]} ({cur.dtype}) in the logged requests",
+                    )
+                )
+                continue
+            result.notes.append(f"{col}: text values read as numbers to match the other side")
+            ref, cur = fixed_ref, fixed_cur
+        kind = "numerical" if (_kind(ref) == "numerical" or ref.isna().all()) else "categorical"
+        if kind == "numerical" and not pd.api.types.is_numeric_dtype(cur):
+            converted = _as_numbers(cur)
+            kind = "numerical" if converted is not None else "categorical"
+            cur = converted if converted is not None else cur
+        if kind == "numerical":
+            ref = pd.to_numeric(ref, errors="coerce").astype(float)
+            cur = pd.to_numeric(cur, errors="coerce").astype(float)
+            infinite = int(np.isinf(ref).sum() + np.isinf(cur).sum())
+            if infinite:
+                result.notes.append(f"{col}: {infinite} ±inf value(s) treated as missing")
+                ref = ref.replace([np.inf, -np.inf], np.nan)
+                cur = cur.replace([np.inf, -np.inf], np.nan)
+        else:
+            ref = ref.where(ref.isna(), ref.astype(str))
+            cur = cur.where(cur.isna(), cur.astype(str))
+        n_ref, n_cur = int(ref.notna().sum()), int(cur.notna().sum())
+        if n_ref == 0:
+            result.skipped.append(
+                SkippedColumn(col, "no values in the reference (empty or all NaN)")
+            )
+            continue
+        if n_cur == 0:
+            result.skipped.append(SkippedColumn(col, "no values in the window (empty or all NaN)"))
+            continue
+        if n_cur < min_values:
+            result.skipped.append(
+                SkippedColumn(col, f"only {n_cur} value(s) in the window (< {min_values})")
+            )
+            continue
+        together = pd.concat([ref.dropna(), cur.dropna()])
+        if together.nunique() == 1:
+            result.skipped.append(
+                SkippedColumn(
+                    col, f"one value ({together.iloc[0]!r}) on both sides: nothing to test"
+                )
+            )
+            continue
+        ref_out[col], cur_out[col] = ref.reset_index(drop=True), cur.reset_index(drop=True)
+        (result.numerical if kind == "numerical" else result.categorical).append(col)
+    result.reference = pd.DataFrame(ref_out, index=range(len(reference)))
+    result.current = pd.DataFrame(cur_out, index=range(len(current)))
+    return result
