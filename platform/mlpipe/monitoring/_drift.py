@@ -103,7 +103,7 @@ def _report_dir(settings: Settings, model: str, now: datetime) -> Path:
 def _training_reference(settings: Settings, model: str, version: str) -> pd.DataFrame:
     from mlpipe import registry  # the registry owns the reference stored at register time
 
-    frame = registry.load_reference(settings, model, version)  # type: ignore[attr-defined]
+    frame = registry.load_reference(settings, model, version)
     return frame.rename(columns={"label": PREDICTION})
 
 
