@@ -34,12 +34,12 @@ class RolloutStep:
 class RolloutResult:
     model: str
     version: str
-    outcome: str  # "promoted" | "rolled_back"
+    outcome: str  # "promoted" | "rolled_back" | "held" (last step below 100)
     steps: list[RolloutStep] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.outcome == "promoted" else 1
+        return 1 if self.outcome == "rolled_back" else 0
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "exit_code": self.exit_code}
@@ -93,7 +93,9 @@ def rollout(
             settings, model, version, canary=weight, reason=f"rollout step {weight:g}%"
         )
         analysis: CanaryAnalysis | None = None
-        for attempt in range(1, max_waits + 1):
+        attempt = 0
+        while attempt < max(1, max_waits):
+            attempt += 1
             sleep(wait)
             analysis = analyze(settings, model, interval)
             if analysis.verdict != "insufficient":
@@ -111,4 +113,5 @@ def rollout(
             )
             deployments.rollback(settings, model, reason=f"rollout step {weight:g}%: canary {why}")
             return result
-    return result  # steps ended below 100: the canary stays at the last weight
+    result.outcome = "held"  # steps ended below 100: the canary stays at the last weight
+    return result
