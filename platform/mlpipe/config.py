@@ -173,8 +173,8 @@ class _TomlSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         data = _read_toml(config_path())
-        profile = os.environ.get("MLPIPE_PROFILE") or data.get("profile") or "local"
-        return _profile_values(data, profile)
+        profile = os.environ.get("MLPIPE_PROFILE") or "local"
+        return {**_profile_values(data, profile), "profile": profile}
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -23,12 +23,16 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 def client(settings: Settings) -> MlflowClient:
     """An MlflowClient on the settings' registry; also points the fluent API at it."""
-    return _client(settings.registry, settings.artifacts, settings.experiment)
+    import mlflow
+
+    c = _client(settings.registry, settings.artifacts, settings.experiment)
+    mlflow.set_tracking_uri(settings.registry)
+    mlflow.set_registry_uri(settings.registry)
+    return c
 
 
 @lru_cache(maxsize=4)
 def _client(registry_uri: str, artifact_root: str, experiment: str) -> MlflowClient:
-    import mlflow
     from mlflow import MlflowClient
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)
@@ -36,8 +40,6 @@ def _client(registry_uri: str, artifact_root: str, experiment: str) -> MlflowCli
         from pathlib import Path
 
         Path(registry_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(registry_uri)
-    mlflow.set_registry_uri(registry_uri)
     with mlflow_errors("registry"):
         c = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
         if c.get_experiment_by_name(experiment) is None:

@@ -1,0 +1,100 @@
+"""Shared fixtures: an isolated project home, and a registry template with two versions.
+
+Registering a model costs a few seconds, so two versions of ``fraud`` are
+registered once per session into a template home; each test that needs them
+gets a fresh copy of that home (registry database included, control plane
+empty), so no test sees another's deployments or aliases.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MLPIPE = str(Path(sys.executable).parent / "mlpipe")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project home; MLPIPE_* variables point every store into it."""
+    for key in list(os.environ):
+        if key.startswith("MLPIPE_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def train_toy_model(dest: Path, seed: int = 0, n_estimators: int = 20) -> tuple[Path, Path]:
+    """A small LightGBM classifier (joblib) and its training set (parquet) under ``dest``."""
+    import joblib
+    import numpy as np
+    import pandas as pd
+    from lightgbm import LGBMClassifier
+
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"amount": rng.gamma(2.0, 30.0, 600), "txn_count_7d": rng.poisson(5, 600)})
+    noise = rng.normal(0, 1, 600)
+    frame["label"] = ((frame["amount"] / 60 + noise) > 1.5).astype(int)
+    model = LGBMClassifier(n_estimators=n_estimators, verbose=-1, random_state=seed)
+    model.fit(frame[["amount", "txn_count_7d"]], frame["label"])
+    dest.mkdir(parents=True, exist_ok=True)
+    model_path, data_path = dest / f"model-{seed}.joblib", dest / f"train-{seed}.parquet"
+    joblib.dump(model, model_path)
+    frame.to_parquet(data_path, index=False)
+    return model_path, data_path
+
+
+@pytest.fixture(scope="session")
+def registry_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home whose registry holds ``fraud`` versions 1 and 2 (no deployments)."""
+    from mlpipe import registry
+    from mlpipe.config import Settings
+
+    root = tmp_path_factory.mktemp("template")
+    settings = Settings(home=root)
+    for seed in (1, 2):
+        model_path, data_path = train_toy_model(root / "inputs", seed=seed)
+        registry.register(
+            settings, "fraud", dataset=data_path, model_path=model_path, metrics={"auc": 0.9}
+        )
+    return root
+
+
+@pytest.fixture
+def registered_home(home: Path, registry_template: Path) -> Path:
+    """``home`` with a copy of the template registry: fraud v1 and v2, nothing deployed."""
+    shutil.copytree(registry_template / ".mlpipe", home / ".mlpipe")
+    shutil.copytree(registry_template / "inputs", home / "inputs")
+    return home
+
+
+@pytest.fixture
+def settings(home: Path):  # type: ignore[no-untyped-def]
+    from mlpipe.config import load_settings
+
+    return load_settings()
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    """Run the real ``mlpipe`` console script; returns the CompletedProcess."""
+    return subprocess.run(
+        [MLPIPE, *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def cli() -> Iterator:  # type: ignore[type-arg]
+    yield run_cli

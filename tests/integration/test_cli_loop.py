@@ -1,0 +1,60 @@
+"""The CLI: exit codes, one readable line for user errors, --json, init idempotence."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_deploy_status_json_and_errors(registered_home: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("deploy", "fraud", "--version", "1").returncode == 0
+    status = cli("status", "fraud", "--json")
+    assert status.returncode == 0
+    assert json.loads(status.stdout)["champion"] == "1"
+    bad = cli("deploy", "fraud", "--version", "2", "--canary", "150")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "error: --canary must be in (0, 100) percent, got 150"
+    assert "Traceback" not in bad.stderr
+    missing = cli("status", "ghost")
+    assert missing.returncode == 2 and "ghost has no deployment" in missing.stderr
+    history = cli("history", "fraud", "--json")
+    assert [h["action"] for h in json.loads(history.stdout)] == ["deploy"]
+
+
+def test_debug_shows_the_traceback(registered_home: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("--debug", "promote", "fraud")
+    assert result.returncode == 2 and "Traceback" in result.stderr
+
+
+def test_corrupt_config_is_one_line_exit_2(home: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    (home / "mlpipe.toml").write_text("serving = [\n")
+    result = cli("status", "fraud")
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and "mlpipe.toml is not valid TOML" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_register_errors(home: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    (home / "junk.pkl").write_text("junk")
+    result = cli("register", "fraud", "--model", "junk.pkl", "--dataset", "nope.parquet")
+    assert result.returncode == 2
+    assert "junk.pkl is not a model file" in result.stderr
+    bad_metric = cli("register", "fraud", "--model", "x", "--dataset", "y", "--metric", "auc")
+    assert bad_metric.returncode == 2 and "--metric expects KEY=NUMBER" in bad_metric.stderr
+
+
+def test_init_is_idempotent_and_doctor_reports(home: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    first = cli("init")
+    assert first.returncode == 0, first.stderr
+    assert "created" in first.stdout
+    second = cli("init")
+    assert second.returncode == 0
+    assert "nothing to do: the local stack is already initialized" in second.stderr
+    doctor = cli("doctor", "--json")
+    checks = {c["store"]: c for c in json.loads(doctor.stdout)}
+    assert checks["registry"]["ok"] and checks["control plane"]["ok"]
+    assert not checks["feature store"]["ok"]  # this empty home has no feature_repo/
+    assert "no feature_store.yaml" in checks["feature store"]["detail"]
+    assert doctor.returncode == 3
