@@ -1,0 +1,181 @@
+"""``mlpipe monitor drift``, ``mlpipe canary analyze`` and ``mlpipe rollout``.
+
+Verdicts set the exit code after the summary is printed: 0 ok / pass, 1 drift /
+fail / insufficient / rolled back; an undelivered ``--alert-webhook`` exits 3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from mlpipe_cli import console
+from mlpipe_cli.state import state
+
+_JSON = typer.Option(False, "--json", help="One JSON document on stdout.")
+_WEBHOOK = typer.Option(None, "--alert-webhook", help="POST the verdict as JSON to this URL.")
+
+
+def register(app: typer.Typer) -> None:
+    monitor = typer.Typer(help="Drift and skew reports over logged traffic.", no_args_is_help=True)
+    monitor.command("drift")(drift)
+    app.add_typer(monitor, name="monitor")
+    canary = typer.Typer(help="Canary vs champion analysis.", no_args_is_help=True)
+    canary.command("analyze")(analyze)
+    app.add_typer(canary, name="canary")
+    app.command("rollout")(rollout)
+
+
+def _finish(
+    kind: str, model: str, verdict: str, code: int, details: dict[str, Any], url: str | None
+) -> None:
+    if url:
+        from mlpipe.monitoring import post_verdict, verdict_payload
+
+        sent = post_verdict(url, verdict_payload(kind, model, verdict, details))
+        if not sent.delivered:
+            console.error(f"alert to {url} not delivered: {sent.error or sent.status}")
+            raise typer.Exit(3)
+        console.status(f"alert sent to {url} ({sent.status})")
+    if code:
+        raise typer.Exit(code)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def drift(
+    name: str = typer.Argument(..., help="Registered model name."),
+    window: str = typer.Option("24h", "--window", help="How far back from now, e.g. 1h, 24h, 7d."),
+    arm: str | None = typer.Option(
+        None, "--arm", help="champion, canary or shadow (default: each)."
+    ),
+    reference: str = typer.Option(
+        "training", "--reference", help="training | window:7d | window:ISO..ISO"
+    ),
+    as_json: bool = _JSON,
+    alert_webhook: str | None = _WEBHOOK,
+) -> None:
+    """Evidently drift report: exit 0 no drift, 1 drift, 2 error."""
+    from mlpipe import monitoring
+
+    result = monitoring.drift(
+        state.settings(), name, window, arm=arm, reference=reference, notify=console.status
+    )
+    data = result.to_dict()
+    if as_json:
+        console.print_json(data)
+    else:
+        for a in result.arms:
+            rows = [
+                [
+                    c.column,
+                    c.kind,
+                    c.method,
+                    _fmt(c.score),
+                    _fmt(c.threshold),
+                    "yes" if c.drifted else "no",
+                ]
+                for c in a.columns
+            ]
+            title = (
+                f"{name} {a.arm} v{a.version}: {a.verdict} — {a.rows_tested} of {a.rows} "
+                f"request(s), reference {a.reference_rows} row(s)"
+            )
+            console.show(
+                console.table(
+                    title, ["column", "kind", "method", "score", "threshold", "drifted"], rows
+                )
+            )
+            for s in a.skipped:
+                console.status(f"[yellow]skipped[/yellow] {s.column}: {s.reason}")
+            for note in a.notes:
+                console.status(f"note: {note}")
+            if a.quality:
+                console.status(
+                    "quality: " + ", ".join(f"{k}={_fmt(v)}" for k, v in a.quality.items())
+                )
+        console.status(
+            f"verdict: {result.verdict} ({result.reference}, drift share threshold "
+            f"{result.drift_share_threshold}); reports in {result.report_dir}"
+        )
+    _finish("drift", name, result.verdict, result.exit_code, data, alert_webhook)
+
+
+def analyze(
+    name: str = typer.Argument(..., help="Registered model name."),
+    window: str = typer.Option("1h", "--window", help="How far back from now, e.g. 30m, 1h."),
+    as_json: bool = _JSON,
+    alert_webhook: str | None = _WEBHOOK,
+) -> None:
+    """Canary vs champion: exit 0 pass, 1 fail or insufficient data, 2 error."""
+    from mlpipe import monitoring
+
+    result = monitoring.analyze(state.settings(), name, window, notify=console.status)
+    data = result.to_dict()
+    if as_json:
+        console.print_json(data)
+    else:
+        rows = [
+            [
+                c.name,
+                _fmt(c.champion),
+                _fmt(c.canary),
+                c.threshold,
+                {True: "pass", False: "FAIL", None: "-"}[c.passed],
+                c.detail,
+            ]
+            for c in result.checks
+        ]
+        title = (
+            f"{name}: canary v{result.canary_version} ({result.canary_requests} req) vs "
+            f"champion v{result.champion_version} ({result.champion_requests} req)"
+        )
+        console.show(
+            console.table(
+                title, ["check", "champion", "canary", "threshold", "result", "detail"], rows
+            )
+        )
+        console.status(f"verdict: {result.verdict}; recorded in {result.report_path}")
+    _finish("canary", name, result.verdict, result.exit_code, data, alert_webhook)
+
+
+def rollout(
+    name: str = typer.Argument(..., help="Registered model name."),
+    steps: str = typer.Option("5,25,50,100", "--steps", help="Canary weights in percent."),
+    interval: str = typer.Option("10m", "--interval", help="Wait, then analyse, at each step."),
+    version: str | None = typer.Option(
+        None, "--version", help="Version to roll out (default: the canary)."
+    ),
+    max_waits: int = typer.Option(
+        3, "--max-waits", min=1, help="Intervals to wait for enough data."
+    ),
+    as_json: bool = _JSON,
+    alert_webhook: str | None = _WEBHOOK,
+) -> None:
+    """Progressive delivery: promote at 100 %, roll back by itself (exit 1) on a failed step."""
+    from mlpipe import monitoring
+
+    def on_step(step: monitoring.RolloutStep, _analysis: object) -> None:
+        if not as_json:
+            console.status(f"step {step.weight:g}%: {step.verdict} {step.detail}")
+
+    result = monitoring.rollout(
+        state.settings(),
+        name,
+        monitoring.parse_steps(steps),
+        interval,
+        version=version,
+        max_waits=max_waits,
+        on_step=on_step,
+    )
+    data = result.to_dict()
+    if as_json:
+        console.print_json(data)
+    else:
+        console.status(f"rollout of {name} v{result.version}: {result.outcome}")
+    _finish("rollout", name, result.outcome, result.exit_code, data, alert_webhook)

@@ -1,0 +1,114 @@
+"""``mlpipe warehouse sync | query | reports`` and ``mlpipe outcomes load``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mlpipe_cli import console
+from mlpipe_cli.state import state
+
+_JSON = typer.Option(False, "--json", help="One JSON document on stdout.")
+
+
+def register(app: typer.Typer) -> None:
+    wh = typer.Typer(
+        help="The warehouse: prediction log, outcomes, reports (DuckDB).", no_args_is_help=True
+    )
+    wh.command("sync")(sync)
+    wh.command("query")(query)
+    wh.command("reports")(reports)
+    app.add_typer(wh, name="warehouse")
+    outcomes = typer.Typer(help="Ground-truth labels for logged predictions.", no_args_is_help=True)
+    outcomes.command("load")(load)
+    app.add_typer(outcomes, name="outcomes")
+
+
+def sync(as_json: bool = _JSON) -> None:
+    """Load prediction-log segments into the warehouse (idempotent; torn lines are skipped)."""
+    from dataclasses import asdict
+
+    from mlpipe import warehouse
+
+    result = warehouse.sync(state.settings(), notify=console.status)
+    if as_json:
+        console.print_json({**asdict(result), "duplicates": result.duplicates})
+        return
+    console.status(
+        f"read {result.segments_read} segment(s) ({result.segments_unchanged} unchanged), "
+        f"{result.rows_read} row(s): {result.rows_loaded} new, {result.duplicates} already loaded; "
+        f"predictions now {result.rows_total} ({result.seconds:.2f}s)"
+    )
+    for line in result.skipped:
+        console.status(f"[yellow]skipped[/yellow] {line.segment}:{line.line}: {line.reason}")
+
+
+def query(
+    sql: str = typer.Argument(..., help="One read-only SQL statement."),
+    limit: int = typer.Option(1000, "--limit", min=1, help="Most rows to print."),
+    as_json: bool = _JSON,
+) -> None:
+    """Run read-only SQL against the warehouse."""
+    from mlpipe import warehouse
+
+    result = warehouse.query(state.settings(), sql, limit=limit, notify=console.status)
+    if as_json:
+        rows = [dict(zip(result.columns, row, strict=True)) for row in result.rows]
+        console.print_json({"columns": result.columns, "rows": rows, "truncated": result.truncated})
+        return
+    console.show(console.table(None, result.columns, [list(r) for r in result.rows]))
+    if result.truncated:
+        console.status(f"first {limit} rows shown (--limit)")
+
+
+def reports(
+    name: str | None = typer.Argument(None, help="Model name (all models if omitted)."),
+    kind: str | None = typer.Option(None, "--kind", help="drift, canary or rollout."),
+    limit: int = typer.Option(20, "--limit", min=1),
+    as_json: bool = _JSON,
+) -> None:
+    """The report index, newest first."""
+    from dataclasses import asdict
+
+    from mlpipe import warehouse
+
+    entries = warehouse.list_reports(state.settings(), model=name, kind=kind, limit=limit)
+    if as_json:
+        console.print_json([asdict(e) for e in entries])
+        return
+    rows = [
+        [f"{e.created_at:%Y-%m-%d %H:%M:%S}", e.kind, e.model, e.arm, e.version, e.verdict, e.path]
+        for e in entries
+    ]
+    console.show(
+        console.table(None, ["created", "kind", "model", "arm", "version", "verdict", "path"], rows)
+    )
+
+
+def load(
+    file: Path = typer.Argument(
+        ..., help="CSV or Parquet: request_id,label  or  entity_key,timestamp,label"
+    ),
+    tolerance: float = typer.Option(
+        60.0,
+        "--tolerance-s",
+        help="entity_key+timestamp: how far a prediction may lag the timestamp.",
+    ),
+    as_json: bool = _JSON,
+) -> None:
+    """Load outcomes (labels) and match them to logged predictions; all rows match or none load."""
+    from dataclasses import asdict
+
+    from mlpipe import warehouse
+
+    result = warehouse.load_outcomes(
+        state.settings(), file, notify=console.status, tolerance_s=tolerance
+    )
+    if as_json:
+        console.print_json(asdict(result))
+        return
+    console.status(
+        f"{result.rows} outcome(s) from {file} matched by {result.matched_by}: "
+        f"{result.inserted} new, {result.replaced} replaced"
+    )
