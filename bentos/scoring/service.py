@@ -11,6 +11,7 @@ environment (``MLPIPE_HOME``, ``MLPIPE_PROFILE``, ``MLPIPE_SERVING__*``), which
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import bentoml
@@ -22,6 +23,9 @@ settings = load_settings()
 _s = settings.serving
 
 logging.getLogger("mlpipe").setLevel(logging.INFO)
+# Models fitted on DataFrames warn on every array predict; the pipeline passes
+# arrays in the registered feature order on purpose.
+warnings.filterwarnings("ignore", message="X does not have valid feature names")
 
 
 @bentoml.service(

@@ -1,0 +1,181 @@
+"""One real ``bentoml serve`` (through :func:`mlpipe.serving.server.server_command`) per module.
+
+The project home is a temp dir with a small scikit-learn model registered in
+four versions; the server's process group is killed in teardown, and the
+teardown checks that nothing of it is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+
+FEATURES = ["amount", "n_items"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _train(path: Path, seed: int) -> Path:
+    import joblib
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"amount": rng.gamma(2, 50, 2000), "n_items": rng.integers(1, 9, 2000)})
+    logit = (frame["amount"] - 100) / 40 + (frame["n_items"] - 4) * (0.3 + seed / 10)
+    frame["label"] = (rng.random(2000) < 1 / (1 + np.exp(-logit))).astype(int)
+    model = LogisticRegression(C=0.5 + seed).fit(frame[FEATURES], frame["label"])
+    data = path / f"train{seed}.csv"
+    frame.to_csv(data, index=False)
+    joblib.dump(model, path / f"model{seed}.joblib")
+    return data
+
+
+def _skops_files(home: Path) -> set[Path]:
+    return set(home.rglob("model.skops"))
+
+
+class Server:
+    def __init__(self, home: Path, settings: Any) -> None:
+        from mlpipe.serving.server import server_command
+
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.settings = settings
+        argv, env = server_command(settings, host="127.0.0.1", port=self.port, workers=1)
+        env["MLPIPE_SERVING__MAX_LATENCY_MS"] = "2000"
+        env["MLPIPE_SERVING__RELOAD_INTERVAL_S"] = "0.5"
+        env["MLPIPE_PREDLOG__FSYNC_INTERVAL_S"] = "0.1"
+        self.log_path = home / "server.log"
+        self._log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited:\n{self.log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"server not ready:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        pgid = self.proc.pid
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def post(self, body: Any, **kw: Any) -> httpx.Response:
+        return httpx.post(f"{self.url}/predict", json=body, timeout=30, **kw)
+
+
+def predlog_rows(settings: Any) -> list[Any]:
+    from mlpipe.predlog import DECODER
+
+    rows = []
+    for f in sorted(settings.predlog_path.glob("*.jsonl*")):
+        for line in f.read_bytes().splitlines():
+            try:
+                rows.append(DECODER.decode(line))
+            except Exception:  # a half-written last line
+                pass
+    return rows
+
+
+async def _fire(url: str, bodies: list[dict[str, Any]], concurrency: int) -> list[httpx.Response]:
+    limits = httpx.Limits(max_connections=concurrency)
+    sem = asyncio.Semaphore(concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+
+        async def one(body: dict[str, Any]) -> httpx.Response:
+            async with sem:
+                return await client.post("/predict", json=body)
+
+        return await asyncio.gather(*(one(b) for b in bodies))
+
+
+def fire(url: str, bodies: list[dict[str, Any]], concurrency: int = 32) -> list[httpx.Response]:
+    """Send every body concurrently; responses in the same order."""
+    return asyncio.run(_fire(url, bodies, concurrency))
+
+
+def wait_generation(server: Server, generation: int, timeout: float = 20) -> None:
+    body = {
+        "model": "fraud",
+        "entity": {"customer_id": -1},
+        "features": {"amount": 1, "n_items": 1},
+    }
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = server.post(body)
+        if r.status_code == 200 and r.json()["generation"] >= generation:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"server never reached generation {generation}:\n{server.log()[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    from mlpipe import deployments, registry
+    from mlpipe.config import load_settings
+
+    home = tmp_path_factory.mktemp("mlpipe-home")
+    settings = load_settings(home=home)
+    versions = {}
+    for seed in (1, 2, 3):
+        data = _train(home, seed)
+        model_path = home / f"model{seed}.joblib"
+        info = registry.register(settings, "fraud", dataset=data, model_path=model_path)
+        versions[seed] = info.version
+    before = _skops_files(home)
+    data = _train(home, 4)
+    tampered = registry.register(settings, "fraud", dataset=data, model_path=home / "model4.joblib")
+    (artifact,) = _skops_files(home) - before
+    deployments.deploy(settings, "fraud", versions[1])
+    server = Server(home, settings)
+    try:
+        server.wait_ready()
+        models = {v: registry.load_verified(settings, "fraud", v) for v in versions.values()}
+        yield SimpleNamespace(
+            home=home, settings=settings, server=server, versions=versions, models=models,
+            tampered_version=tampered.version, tampered_artifact=artifact,
+        )
+    finally:
+        server.stop()
+        leftover = subprocess.run(
+            ["pgrep", "-g", str(server.proc.pid)], capture_output=True, text=True
+        ).stdout.split()
+        assert not leftover, f"stray server processes: {leftover}"
