@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
+from typer._click.exceptions import ClickException  # typer 0.29 vendors click
 
 from mlpipe_cli import console
-from mlpipe_cli.commands import deploy, models, project
+from mlpipe_cli.commands import deploy, features, models, project
 from mlpipe_cli.state import state
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ def _global(
 project.register(app)
 models.register(app)
 deploy.register(app)
+features.register(app)
 
 
 def run() -> None:
@@ -46,13 +47,13 @@ def run() -> None:
         rv = app(standalone_mode=False)
     except MlpipeError as exc:
         _fail(exc, exc.exit_code)
-    except click.exceptions.Abort:
+    except typer.Abort:
         console.error("aborted")
         sys.exit(130)
-    except click.ClickException as exc:
+    except ClickException as exc:
         exc.show()
         sys.exit(2)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)
 

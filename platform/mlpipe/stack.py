@@ -45,7 +45,8 @@ def init(settings: Settings) -> list[InitStep]:
 def _warehouse_init(settings: Settings) -> None:
     from mlpipe import warehouse
 
-    warehouse.migrate(settings)
+    with warehouse.write(settings):
+        pass  # opening for write runs the warehouse's migrations
 
 
 def _ensure_dir(store: str, path: Path) -> InitStep:
@@ -125,7 +126,7 @@ def _check_warehouse(settings: Settings) -> str:
     from mlpipe import warehouse
 
     _require_file(settings.warehouse, "run `mlpipe init`")
-    return warehouse.describe(settings)
+    return f"{len(warehouse.models_in_warehouse(settings))} model(s) with logged predictions"
 
 
 def _check_dir(path: Path) -> str:

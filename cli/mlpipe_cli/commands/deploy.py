@@ -44,7 +44,7 @@ def deploy(
         reason=reason,
         expected_generation=expect_generation,
     )
-    _render(record)
+    render_deployment(record)
 
 
 def promote(
@@ -59,7 +59,7 @@ def promote(
     record = deployments.promote(
         state.settings(), name, reason=reason, force=force, expected_generation=expect_generation
     )
-    _render(record)
+    render_deployment(record)
 
 
 def rollback(
@@ -73,7 +73,7 @@ def rollback(
     record = deployments.rollback(
         state.settings(), name, reason=reason, expected_generation=expect_generation
     )
-    _render(record)
+    render_deployment(record)
 
 
 def status(
@@ -88,7 +88,7 @@ def status(
 
         console.print_json(asdict(record))
         return
-    _render(record)
+    render_deployment(record)
 
 
 def history(
@@ -127,7 +127,7 @@ def _pct(version: str | None, pct: float) -> str | None:
     return f"{version} ({pct:g}%)" if version else None
 
 
-def _render(record) -> None:  # type: ignore[no-untyped-def]
+def render_deployment(record) -> None:  # type: ignore[no-untyped-def]
     rows = [
         ["generation", record.generation],
         ["champion", record.champion],

@@ -11,6 +11,7 @@ from mlpipe_cli.state import state
 def register(app: typer.Typer) -> None:
     app.command("init")(init)
     app.command("doctor")(doctor)
+    app.command("demo")(demo)
 
 
 def init() -> None:
@@ -38,3 +39,27 @@ def doctor(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -
         console.show(console.table("stores", ["store", "location", "status", "detail"], rows))
     if not all(c.ok for c in checks):
         raise typer.Exit(3)
+
+
+def demo(
+    customers: int = typer.Option(500, "--customers", min=10),
+    days: int = typer.Option(30, "--days", min=2),
+) -> None:
+    """Run the whole loop on a fresh embedded stack in .mlpipe-demo/."""
+    from mlpipe import demo as demo_run
+
+    result = demo_run.run(state.settings(), _narrate, customers=customers, days=days)
+    console.status(
+        f"\ndemo home: {result.home} (try: MLPIPE_HOME={result.home} mlpipe history fraud)"
+    )
+
+
+def _narrate(event) -> None:  # type: ignore[no-untyped-def]
+    from mlpipe_cli.commands.deploy import render_deployment
+
+    console.status(f"[bold]▶ {event.title}[/bold] {event.detail}")
+    if event.deployment is not None:
+        render_deployment(event.deployment)
+    if event.table is not None:
+        columns, rows = event.table
+        console.show(console.table(None, columns, rows))
