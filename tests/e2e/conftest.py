@@ -170,8 +170,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
         server.wait_ready()
         models = {v: registry.load_verified(settings, "fraud", v) for v in versions.values()}
         yield SimpleNamespace(
-            home=home, settings=settings, server=server, versions=versions, models=models,
-            tampered_version=tampered.version, tampered_artifact=artifact,
+            home=home,
+            settings=settings,
+            server=server,
+            versions=versions,
+            models=models,
+            tampered_version=tampered.version,
+            tampered_artifact=artifact,
         )
     finally:
         server.stop()

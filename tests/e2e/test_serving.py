@@ -21,7 +21,8 @@ def _body(
     cid: int, amount: float = 80.0, n_items: int = 3, rid: str | None = None
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "model": "fraud", "entity": {"customer_id": cid},
+        "model": "fraud",
+        "entity": {"customer_id": cid},
         "features": {"amount": amount, "n_items": n_items},
     }
     if rid:
@@ -45,22 +46,33 @@ def test_health_and_contract(stack: Any) -> None:
 @pytest.mark.parametrize(
     ("content", "status"),
     [
-        (json.dumps({"model": "fraud", "entity": {"customer_id": 1}, "features": {"amount": "a"}}), 422),
+        (
+            json.dumps(
+                {"model": "fraud", "entity": {"customer_id": 1}, "features": {"amount": "a"}}
+            ),
+            422,
+        ),
         (json.dumps({"model": "fraud", "entity": {"customer_id": 1.5}}), 422),
         (json.dumps({"model": "fraud", "features": {"amount": 1, "n_items": 1}}), 422),
         (json.dumps({"model": "nope", "entity": {"customer_id": 1}}), 404),
         ('{"model": "fraud", "entity": {', 400),
         ("[]", 422),
         ("", 400),
-        (json.dumps({"model": "fraud", "entity": {"customer_id": 1}, "features": {"amount": 1}}),
-         422),
+        (
+            json.dumps({"model": "fraud", "entity": {"customer_id": 1}, "features": {"amount": 1}}),
+            422,
+        ),
         ("x" * 10_000_000, 413),
     ],
 )
 def test_bad_requests_get_4xx_and_no_log_row(stack: Any, content: str, status: int) -> None:
     before = len(predlog_rows(stack.settings))
-    r = httpx.post(f"{stack.server.url}/predict", content=content, timeout=30,
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        f"{stack.server.url}/predict",
+        content=content,
+        timeout=30,
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == status, r.text
     assert r.json()["error"]
     time.sleep(0.2)
