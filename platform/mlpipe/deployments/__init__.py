@@ -19,7 +19,7 @@ from mlpipe.deployments.record import (
     plan_rollback,
 )
 from mlpipe.deployments.store import ControlPlane
-from mlpipe.errors import Conflict, NotFound
+from mlpipe.errors import CheckFailed, Conflict, NotFound
 
 
 @lru_cache(maxsize=8)
@@ -87,10 +87,16 @@ def promote(
     force: bool = False,
     expected_generation: int | None = None,
 ) -> Deployment:
-    """The canary becomes champion; the old champion becomes ``@previous``."""
+    """The canary becomes champion; the old champion becomes ``@previous``.
+
+    Refused with CheckFailed when the canary's latest analysis failed, unless
+    ``force`` (then the history records ``promote --force``).
+    """
     record = _read(settings, model, expected_generation)
     assert record is not None
     nxt = plan_promote(record)
+    if not force:
+        _require_passing_analysis(settings, model, record.canary or "")
     return _commit(settings, nxt, record, "promote --force" if force else "promote", reason)
 
 
@@ -106,6 +112,16 @@ def rollback(
     assert record is not None
     action, nxt = plan_rollback(record)
     return _commit(settings, nxt, record, action, reason)
+
+
+def _require_passing_analysis(settings: Settings, model: str, version: str) -> None:
+    from mlpipe import monitoring
+
+    if monitoring.latest_canary_verdict(settings, model, version) == "fail":
+        raise CheckFailed(
+            f"the latest canary analysis of {model} version {version} failed; "
+            "fix it or promote with --force (recorded in the history)"
+        )
 
 
 def _read(
