@@ -16,12 +16,16 @@ class AlertResult:
 
 def post_verdict(url: str, payload: dict[str, Any], timeout_s: float = 10.0) -> AlertResult:
     """POST ``payload`` to ``url``; never raises: the caller reports a failed delivery."""
+    import json
+
     import httpx
 
     if not url.startswith(("http://", "https://")):
         return AlertResult(url, False, None, "webhook URL must start with http:// or https://")
     try:
-        response = httpx.post(url, json=payload, timeout=timeout_s)
+        body = json.dumps(payload, default=str)
+        headers = {"content-type": "application/json"}
+        response = httpx.post(url, content=body, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
         return AlertResult(url, False, None, f"{type(exc).__name__}: {exc}")
     ok = 200 <= response.status_code < 300

@@ -10,6 +10,7 @@ through ``notify``, then gives up with :class:`StoreUnavailable`.
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,9 @@ Notify = Callable[[str], None]
 DEFAULT_LOCK_TIMEOUT_S = 60.0
 _LOCK_MESSAGE = re.compile(r"Could not set lock on file|database is locked|Conflicting lock", re.I)
 _engines: dict[tuple[str, bool], Engine] = {}
+# DuckDB shares one database instance per file inside a process, and refuses a read-only
+# and a read-write connection to it at once: threads of one process take turns.
+_in_process = threading.RLock()
 
 
 def is_duckdb(url: str) -> bool:
@@ -64,6 +68,15 @@ def redact(url: str) -> str:
 
 @contextmanager
 def _connect(settings: Settings, read_only: bool, notify: Notify | None) -> Iterator[Connection]:
+    with _in_process:
+        with _connect_unlocked(settings, read_only, notify) as conn:
+            yield conn
+
+
+@contextmanager
+def _connect_unlocked(
+    settings: Settings, read_only: bool, notify: Notify | None
+) -> Iterator[Connection]:
     url = settings.warehouse
     deadline = time.monotonic() + lock_timeout(settings)
     delay = 0.05
