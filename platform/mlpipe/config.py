@@ -69,6 +69,7 @@ class Settings(BaseSettings):
     control_url: str | None = None
     warehouse_url: str | None = None
     feature_repo: Path = Path("feature_repo")
+    feature_store_yaml: str = "feature_store.yaml"  # which Feast config in the repo; prod: Redis
     predlog_dir: Path | None = None
     reports_dir: Path = Path("reports")
     experiment: str = "mlpipe"
@@ -118,6 +119,11 @@ class Settings(BaseSettings):
     @property
     def feature_repo_path(self) -> Path:
         return self.path(self.feature_repo)
+
+    @property
+    def feature_store_yaml_path(self) -> Path:
+        """The Feast config file the settings select (relative names are inside the repo)."""
+        return self.feature_repo_path / self.feature_store_yaml
 
     @property
     def predlog_path(self) -> Path:

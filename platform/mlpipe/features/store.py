@@ -73,19 +73,20 @@ class Materialized:
 
 
 def open_store(settings: Settings) -> FeatureStore:
-    """Open the Feast repository named by the settings.
+    """Open the Feast repository named by the settings, with its ``feature_store_yaml`` config.
 
-    Raises :class:`NotFound` when there is no ``feature_store.yaml`` and
+    Raises :class:`NotFound` when that file (default ``feature_store.yaml``) is missing and
     :class:`InvalidInput` when Feast rejects it.
     """
     from feast import FeatureStore
 
     repo = settings.feature_repo_path
-    if not (repo / "feature_store.yaml").is_file():
-        raise NotFound(f"no Feast repository at {repo} (feature_store.yaml is missing)")
+    yaml_file = settings.feature_store_yaml_path
+    if not yaml_file.is_file():
+        raise NotFound(f"no Feast repository at {repo} ({yaml_file.name} is missing)")
     try:
         with _quiet():
-            return FeatureStore(repo_path=str(repo))
+            return FeatureStore(repo_path=str(repo), fs_yaml_file=yaml_file)
     except Exception as exc:
         raise InvalidInput(f"cannot open the Feast repository at {repo}: {exc}") from exc
 
