@@ -12,7 +12,7 @@ import typer
 from typer._click.exceptions import ClickException  # typer 0.29 vendors click
 
 from mlpipe_cli import console
-from mlpipe_cli.commands import deploy, features, models, project, serve
+from mlpipe_cli.commands import deploy, features, models, monitor, project, serve, warehouse
 from mlpipe_cli.state import state
 
 app = typer.Typer(
@@ -38,6 +38,8 @@ models.register(app)
 deploy.register(app)
 features.register(app)
 serve.register(app)
+warehouse.register(app)
+monitor.register(app)
 
 
 def run() -> None:

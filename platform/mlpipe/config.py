@@ -13,7 +13,7 @@ import getpass
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -48,10 +48,38 @@ class PredlogSettings(_Section):
 
 class MonitorSettings(_Section):
     drift_sample_rows: int = Field(50_000, ge=100)
-    drift_share_threshold: float = Field(0.5, gt=0, le=1)
+    # Share of drifted model inputs that makes the verdict "drift". Evidently's
+    # dataset default is 0.5; a fraud model with 8 inputs should not wait for 4.
+    drift_share_threshold: float = Field(0.25, gt=0, le=1)
+    drift_min_rows: int = Field(30, ge=1)
     canary_min_requests: int = Field(200, ge=1)
     canary_max_error_rate_delta: float = Field(0.01, ge=0)
     canary_max_p99_ratio: float = Field(1.5, gt=0)
+    canary_max_accuracy_drop: float = Field(0.02, ge=0)
+    canary_min_labels: int = Field(100, ge=1)
+    canary_prediction_drift_p: float = Field(0.01, gt=0, lt=1)
+
+
+class SecuritySettings(_Section):
+    """Who may call the service, and how often (see docs/security.md)."""
+
+    # auto: keys required once any tenant exists in the control plane; on/off force it
+    auth: Literal["auto", "on", "off"] = "auto"
+    open_paths: list[str] = Field(default_factory=lambda: ["/livez", "/readyz", "/metrics"])
+    default_rate: float = Field(100.0, gt=0)  # requests/s per tenant, all workers together
+    default_burst: int = Field(200, ge=1)
+    key_refresh_s: float = Field(1.0, gt=0)  # how soon an added or revoked key takes effect
+    redis_url: str | None = None  # shared token buckets across gateways; None: per process
+
+
+class ReliabilitySettings(_Section):
+    """Overload and fault handling on the request path."""
+
+    max_inflight: int = Field(256, ge=1)  # per worker; beyond it /predict answers 503 at once
+    retry_after_s: int = Field(1, ge=1)
+    breaker_failures: int = Field(3, ge=1)  # consecutive feature-store failures that open it
+    breaker_reset_s: float = Field(5.0, gt=0)  # open this long, then one probe
+    breaker_slow_s: float = Field(0.25, gt=0)  # a call slower than this counts as a failure
 
 
 class Settings(BaseSettings):
@@ -68,6 +96,7 @@ class Settings(BaseSettings):
     artifact_root: str | None = None
     control_url: str | None = None
     warehouse_url: str | None = None
+    warehouse_lock_timeout_s: float = Field(60.0, ge=0)
     feature_repo: Path = Path("feature_repo")
     feature_store_yaml: str = "feature_store.yaml"  # which Feast config in the repo; prod: Redis
     predlog_dir: Path | None = None
@@ -79,6 +108,8 @@ class Settings(BaseSettings):
     serving: ServingSettings = Field(default_factory=ServingSettings)
     predlog: PredlogSettings = Field(default_factory=PredlogSettings)
     monitor: MonitorSettings = Field(default_factory=MonitorSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    reliability: ReliabilitySettings = Field(default_factory=ReliabilitySettings)
 
     @classmethod
     def settings_customise_sources(
@@ -203,6 +234,8 @@ __all__ = [
     "CONFIG_FILE",
     "MonitorSettings",
     "PredlogSettings",
+    "ReliabilitySettings",
+    "SecuritySettings",
     "ServingSettings",
     "Settings",
     "config_path",

@@ -34,11 +34,12 @@ def init(settings: Settings) -> list[InitStep]:
         _ensure_dir("prediction log", settings.predlog_path),
         _ensure_dir("reports", settings.reports_path),
     ]
-    steps.append(_ensure_store("registry", settings.registry, lambda: registry.client(settings)))
-    steps.append(
-        _ensure_store("control plane", settings.control, lambda: deployments.control_plane(settings))
-    )
-    steps.append(_ensure_store("warehouse", settings.warehouse, lambda: _warehouse_init(settings)))
+    stores: list[tuple[str, str, Callable[[], object]]] = [
+        ("registry", settings.registry, lambda: registry.client(settings)),
+        ("control plane", settings.control, lambda: deployments.control_plane(settings)),
+        ("warehouse", settings.warehouse, lambda: _warehouse_init(settings)),
+    ]
+    steps += [_ensure_store(store, url, create) for store, url, create in stores]
     return steps
 
 

@@ -64,10 +64,6 @@ class CanaryAnalysis:
         return {**asdict(self), "exit_code": self.exit_code}
 
 
-def _knob(settings: Settings, name: str, default: float) -> float:
-    return float(getattr(settings.monitor, name, default))
-
-
 def _arm_figures(rows: pd.DataFrame) -> dict[str, float]:
     n = len(rows)
     latency = rows["latency_ms"]
@@ -127,9 +123,9 @@ def analyze(
     min_requests = settings.monitor.canary_min_requests
     max_err = settings.monitor.canary_max_error_rate_delta
     max_p99 = settings.monitor.canary_max_p99_ratio
-    max_drop = _knob(settings, "canary_max_accuracy_drop", 0.02)
-    min_labels = int(_knob(settings, "canary_min_labels", 100))
-    drift_p = _knob(settings, "canary_prediction_drift_p", 0.01)
+    max_drop = settings.monitor.canary_max_accuracy_drop
+    min_labels = settings.monitor.canary_min_labels
+    drift_p = settings.monitor.canary_prediction_drift_p
     checks: list[CanaryCheck] = []
     enough = f_ch["requests"] >= min_requests and f_ca["requests"] >= min_requests
     checks.append(

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from mlpipe.config import Settings
 
 PREDICTION = "prediction"
-DEFAULT_MIN_VALUES = 30
 EXIT_CODES = {"ok": 0, "no_data": 0, "drift": 1}
 
 
@@ -246,7 +245,7 @@ def _arm_result(
 ) -> ArmDrift:
     version = rows["version"].mode().iloc[0] if len(rows) else "?"
     threshold = settings.monitor.drift_share_threshold
-    min_values = int(getattr(settings.monitor, "drift_min_rows", DEFAULT_MIN_VALUES))
+    min_values = settings.monitor.drift_min_rows
     result = ArmDrift(arm, str(version), "no_data", total, len(rows), sampled, len(reference), None)
     if len(rows) < min_values:
         result.notes.append(

@@ -6,12 +6,16 @@ project home, profile and serving overrides as ``MLPIPE_*`` variables.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlpipe.errors import NotFound
+from mlpipe.errors import NotFound, StoreUnavailable
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -65,4 +69,77 @@ def server_command(
     return argv, env
 
 
-__all__ = ["SERVICE", "server_command", "service_dir"]
+class ScoringProcess:
+    """The scoring service as a child process in its own process group (for demos and tests).
+
+    ``with ScoringProcess(settings, port=...) as server:`` starts it, waits for
+    ``/readyz`` and, on exit, stops the whole process group (SIGTERM, then SIGKILL).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        port: int,
+        workers: int = 1,
+        log_path: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        argv, base_env = server_command(settings, host="127.0.0.1", port=port, workers=workers)
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path or settings.state_path / f"serve-{port}.log"
+        self._argv, self._env = argv, {**base_env, **(env or {})}
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ScoringProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, ready_timeout_s: float = 180.0) -> None:
+        """Start the server and wait for ``/readyz``; raises StoreUnavailable if never ready."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                self._argv,
+                env=self._env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise StoreUnavailable(f"the scoring service exited; see {self.log_path}")
+            if self._ready():
+                return
+            time.sleep(0.5)
+        self.stop()
+        raise StoreUnavailable(f"the scoring service was not ready in {ready_timeout_s:.0f}s")
+
+    def _ready(self) -> bool:
+        import httpx
+
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the whole process group; idempotent."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        pgid = os.getpgid(self._proc.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self._proc.wait(timeout=grace_s)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)  # workers that outlived their parent
+
+
+__all__ = ["SERVICE", "ScoringProcess", "server_command", "service_dir"]

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from mlpipe.config import Settings
 
 Notify = Callable[[str], None]
-DEFAULT_LOCK_TIMEOUT_S = 60.0
 _LOCK_MESSAGE = re.compile(r"Could not set lock on file|database is locked|Conflicting lock", re.I)
 _engines: dict[tuple[str, bool], Engine] = {}
 # DuckDB shares one database instance per file inside a process, and refuses a read-only
@@ -44,7 +43,7 @@ def is_duckdb(url: str) -> bool:
 
 def lock_timeout(settings: Settings) -> float:
     # Not (yet) a Settings field: read it with a default so older settings still work.
-    return float(getattr(settings, "warehouse_lock_timeout_s", DEFAULT_LOCK_TIMEOUT_S))
+    return settings.warehouse_lock_timeout_s
 
 
 def _engine(url: str, read_only: bool) -> Engine:
