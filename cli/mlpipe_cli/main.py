@@ -12,7 +12,16 @@ import typer
 from typer._click.exceptions import ClickException  # typer 0.29 vendors click
 
 from mlpipe_cli import console
-from mlpipe_cli.commands import deploy, features, models, monitor, project, serve, warehouse
+from mlpipe_cli.commands import (
+    deploy,
+    features,
+    models,
+    monitor,
+    project,
+    serve,
+    tenants,
+    warehouse,
+)
 from mlpipe_cli.state import state
 
 app = typer.Typer(
@@ -40,6 +49,7 @@ features.register(app)
 serve.register(app)
 warehouse.register(app)
 monitor.register(app)
+tenants.register(app)
 
 
 def run() -> None:

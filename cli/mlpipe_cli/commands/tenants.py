@@ -1,0 +1,57 @@
+"""``mlpipe tenants add | list | revoke``: who may call the scoring service."""
+
+from __future__ import annotations
+
+import typer
+
+from mlpipe_cli import console
+from mlpipe_cli.state import state
+
+tenants_app = typer.Typer(help="API keys and rate limits of the tenants of the scoring service.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tenants_app, name="tenants")
+
+
+@tenants_app.command("add")
+def add(
+    name: str = typer.Argument(..., help="Tenant name (letters, digits, _ - .)."),
+    rate: float | None = typer.Option(None, "--rate", help="Requests/s (default: settings)."),
+    burst: int | None = typer.Option(None, "--burst", help="Bucket size (default: settings)."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Add a tenant and print its API key; the key is shown this once only."""
+    from mlpipe import security
+
+    tenant, key = security.add_tenant(state.settings(), name, rate=rate, burst=burst)
+    if json_out:
+        console.print_json({**tenant.public(), "key": key})
+        return
+    console.status(
+        f"added tenant {tenant.name} ({tenant.rate:g}/s, burst {tenant.burst}); "
+        "its key is shown once — store it now:"
+    )
+    console.out.out(key)
+
+
+@tenants_app.command("list")
+def list_tenants(json_out: bool = typer.Option(False, "--json")) -> None:
+    """List tenants (key ids and limits; never keys)."""
+    from mlpipe import security
+
+    rows = [t.public() for t in security.list_tenants(state.settings())]
+    if json_out:
+        console.print_json(rows)
+        return
+    columns = ["name", "key_id", "rate", "burst", "created_at", "revoked_at"]
+    console.show(console.table("tenants", columns, [[r[c] for c in columns] for r in rows]))
+
+
+@tenants_app.command("revoke")
+def revoke(name: str = typer.Argument(...)) -> None:
+    """Revoke a tenant's key; servers refuse it within ``security.key_refresh_s``."""
+    from mlpipe import security
+
+    tenant = security.revoke_tenant(state.settings(), name)
+    console.status(f"revoked tenant {tenant.name} (key {tenant.key_id})")
