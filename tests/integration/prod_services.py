@@ -1,0 +1,191 @@
+"""The production profile's services on loopback: PostgreSQL databases, an MLflow server, Redis.
+
+Each helper is a context manager that creates what it needs and removes it on
+exit: a fresh database ``mlpipe_test_<hex>`` (dropped WITH (FORCE) afterwards),
+an ``mlflow server`` on a free loopback port whose backend store is such a
+database and whose artifacts are proxied into a temp dir (its process group is
+killed afterwards), a Redis client. Where PostgreSQL or Redis is not running,
+they call :func:`pytest.skip` with the reason; test modules mark themselves
+``postgres`` / ``redis`` so ``-m "not postgres"`` deselects them up front.
+
+The services are found at ``MLPIPE_TEST_PG`` (a libpq URL to an administrative
+database; default ``postgresql://postgres@127.0.0.1:5432/test``, trust auth) and
+``MLPIPE_TEST_REDIS`` (default ``redis://127.0.0.1:6379/0``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+ADMIN_URL = os.environ.get("MLPIPE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("MLPIPE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+MLFLOW = str(Path(sys.executable).parent / "mlflow")
+SERVER_START_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _admin_connect():  # type: ignore[no-untyped-def]
+    """An autocommit psycopg connection to the admin database, or skip the test."""
+    try:
+        import psycopg
+    except ImportError:
+        pytest.skip("psycopg is not installed (pip install 'mlpipe[prod]')")
+    try:
+        return psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        pytest.skip(f"PostgreSQL is not reachable at {ADMIN_URL}: {first}")
+
+
+def sqlalchemy_url(database: str) -> str:
+    """The SQLAlchemy (psycopg 3) URL of ``database`` on the test server."""
+    from sqlalchemy.engine import make_url
+
+    return (
+        make_url(ADMIN_URL)
+        .set(drivername="postgresql+psycopg", database=database)
+        .render_as_string(hide_password=False)
+    )
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh, empty database; yields its SQLAlchemy URL and drops it afterwards."""
+    name = f"mlpipe_test_{uuid.uuid4().hex[:12]}"
+    with _admin_connect() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = sqlalchemy_url(name)
+    try:
+        yield url
+    finally:
+        _dispose_engines(url)
+        with _admin_connect() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _dispose_engines(url: str) -> None:
+    """Close this process's pooled connections to ``url`` before its database is dropped."""
+    from mlpipe import engines
+
+    engines.engine_for(url).dispose()
+    engines.engine_for.cache_clear()
+    from mlpipe.deployments import _plane
+
+    _plane.cache_clear()
+
+
+class MlflowServer:
+    """A running ``mlflow server``; ``url`` is its loopback HTTP address."""
+
+    def __init__(self, backend_url: str, artifacts: Path, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+        self._log_file = log.open("wb")
+        self.process = subprocess.Popen(
+            [
+                MLFLOW,
+                "server",
+                "--backend-store-uri",
+                backend_url,
+                "--artifacts-destination",
+                str(artifacts),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group, killed as one in stop()
+        )
+
+    def wait_ready(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited early:\n{self._tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"mlflow server not healthy after {timeout_s:.0f}s:\n{self._tail()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        self._log_file.close()
+
+    def _tail(self) -> str:
+        self._log_file.flush()
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
+
+
+@contextmanager
+def mlflow_server(tmp: Path) -> Iterator[MlflowServer]:
+    """An MLflow tracking server on loopback, PostgreSQL backend store, artifacts under ``tmp``."""
+    with postgres_database() as backend:
+        server = MlflowServer(backend, tmp / "mlflow-artifacts", tmp / "mlflow-server.log")
+        try:
+            server.wait_ready()
+            yield server
+        finally:
+            server.stop()
+
+
+@contextmanager
+def redis_client() -> Iterator[object]:
+    """A redis-py client on the test Redis, or skip the test."""
+    try:
+        import redis
+    except ImportError:
+        pytest.skip("redis-py is not installed (pip install 'mlpipe[prod]')")
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis is not reachable at {REDIS_URL}: {exc}")
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def redis_connection_string() -> str:
+    """``host:port,db=N`` as Feast's Redis online store wants it."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(REDIS_URL)
+    db = (parts.path or "/0").lstrip("/") or "0"
+    return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379},db={db}"
