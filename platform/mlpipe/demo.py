@@ -46,28 +46,118 @@ def demo_settings(settings: Settings) -> Settings:
     return load_settings(home=home, serving=settings.serving, monitor=settings.monitor)
 
 
-def run(settings: Settings, narrate: Narrate, *, customers: int = 500, days: int = 30) -> Settings:
-    """Build, register and walk a deployment through its lifecycle; returns the demo settings."""
+def run(
+    settings: Settings,
+    narrate: Narrate,
+    *,
+    customers: int = 500,
+    days: int = 30,
+    serve: bool = True,
+    requests_per_phase: int = 600,
+) -> Settings:
+    """Build, register and walk a deployment through its lifecycle; returns the demo settings.
+
+    With ``serve`` the loop runs under real traffic: a scoring service in the
+    background, traffic before and after each change, drifted traffic at the end,
+    and a drift report over everything the service logged.
+    """
     from mlpipe import deployments, stack
 
     demo = demo_settings(settings)
     stack.init(demo)
     narrate(DemoEvent("local stack", f"created in {demo.home}"))
     datasets = build_datasets(demo, narrate, customers=customers, days=days)
-    versions = train_and_register(demo, datasets, narrate)
-    v1, v2 = versions
-    steps: list[tuple[str, Callable[[], Any]]] = [
+    v1, v2 = train_and_register(demo, datasets, narrate)
+    changes: list[tuple[str, Callable[[], Any]]] = [
         (f"deploy v{v1} as champion", lambda: deployments.deploy(demo, MODEL, v1, reason="demo")),
         (
-            f"deploy v{v2} as 10 % canary",
-            lambda: deployments.deploy(demo, MODEL, v2, canary=10, reason="demo"),
+            f"deploy v{v2} as 20 % canary",
+            lambda: deployments.deploy(demo, MODEL, v2, canary=20, reason="demo"),
         ),
         (f"promote v{v2}", lambda: deployments.promote(demo, MODEL, reason="demo")),
         ("roll back", lambda: deployments.rollback(demo, MODEL, reason="demo")),
     ]
-    for title, change in steps:
-        narrate(DemoEvent(title, deployment=change()))
+    if not serve:
+        for title, change in changes:
+            narrate(DemoEvent(title, deployment=change()))
+        return demo
+    _run_with_traffic(demo, narrate, changes, requests_per_phase)
     return demo
+
+
+def _run_with_traffic(
+    demo: Settings,
+    narrate: Narrate,
+    changes: list[tuple[str, Callable[[], Any]]],
+    n: int,
+) -> None:
+    from mlpipe import traffic
+    from mlpipe.serving.server import ScoringProcess
+
+    title, first = changes[0]
+    narrate(DemoEvent(title, deployment=first()))
+    transactions = demo.feature_repo_path / "data" / "transactions.parquet"
+    results: list[tuple[str, traffic.TrafficResult]] = []
+    with ScoringProcess(demo, port=_free_port(), workers=1) as server:
+        narrate(DemoEvent("scoring service ready", server.url))
+        for seed, (title, change) in enumerate(changes[1:]):
+            results.append((f"before: {title}", _phase(server.url, transactions, n, seed)))
+            record = change()
+            narrate(DemoEvent(title, deployment=record))
+            probe = traffic.fraud_requests(transactions, 1, seed=99)[0]
+            traffic.wait_for_generation(server.url, probe, record.generation)
+        results.append(("after rollback", _phase(server.url, transactions, n, 10)))
+        drifted = traffic.fraud_requests(transactions, 2 * n, seed=11, amount_factor=4.0)
+        results.append(("drifted: amount × 4", traffic.send(server.url, drifted, concurrency=8)))
+    narrate(DemoEvent("traffic seen by the client", table=_traffic_table(results)))
+    _drift_report(demo, narrate)
+
+
+def _phase(url: str, transactions: Path, n: int, seed: int) -> Any:
+    from mlpipe import traffic
+
+    return traffic.send(url, traffic.fraud_requests(transactions, n, seed=seed), concurrency=8)
+
+
+def _traffic_table(results: list[tuple[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    columns = ["phase", "ok", "errors", "per arm", "versions", "p50 ms", "p99 ms"]
+    rows = [
+        [
+            phase,
+            r.ok,
+            sum(r.errors.values()),
+            " ".join(f"{arm}={count}" for arm, count in sorted(r.by_arm.items())),
+            " ".join(f"v{v}={count}" for v, count in sorted(r.by_version.items())),
+            f"{r.percentile(50):.1f}",
+            f"{r.percentile(99):.1f}",
+        ]
+        for phase, r in results
+    ]
+    return columns, rows
+
+
+def _drift_report(demo: Settings, narrate: Narrate) -> None:
+    from mlpipe import monitoring
+
+    verdict = monitoring.drift(demo, MODEL, window="1h")
+    rows = [
+        [arm.arm, arm.version, ", ".join(arm.drifted_features) or "none"] for arm in verdict.arms
+    ]
+    narrate(
+        DemoEvent(
+            f"drift report: {verdict.verdict}",
+            f"{verdict.report_dir}",
+            table=(["arm", "version", "drifted features"], rows),
+        )
+    )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def build_datasets(

@@ -17,7 +17,7 @@ def test_demo_walks_the_loop(home: Path) -> None:
         REPO / "feature_repo", home / "feature_repo", ignore=shutil.ignore_patterns("data")
     )
     events: list[demo.DemoEvent] = []
-    result = demo.run(load_settings(), events.append, customers=80, days=6)
+    result = demo.run(load_settings(), events.append, customers=80, days=6, serve=False)
     titles = [e.title for e in events]
     assert titles[:5] == [
         "local stack",

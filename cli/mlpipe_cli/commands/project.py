@@ -44,11 +44,20 @@ def doctor(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -
 def demo(
     customers: int = typer.Option(500, "--customers", min=10),
     days: int = typer.Option(30, "--days", min=2),
+    requests: int = typer.Option(600, "--requests", min=50, help="Requests per traffic phase."),
+    serve: bool = typer.Option(True, "--serve/--no-serve", help="Run the loop under traffic."),
 ) -> None:
     """Run the whole loop on a fresh embedded stack in .mlpipe-demo/."""
     from mlpipe import demo as demo_run
 
-    result = demo_run.run(state.settings(), _narrate, customers=customers, days=days)
+    result = demo_run.run(
+        state.settings(),
+        _narrate,
+        customers=customers,
+        days=days,
+        serve=serve,
+        requests_per_phase=requests,
+    )
     console.status(
         f"\ndemo home: {result.home} (try: MLPIPE_HOME={result.home} mlpipe history fraud)"
     )
