@@ -1,0 +1,205 @@
+"""Start and stop the systems under test, each in its own process group.
+
+Every process started here is registered; :func:`stop_all` (called from the
+runner's ``finally``, from ``atexit`` and on SIGTERM/SIGINT) sends SIGTERM to
+each group, then SIGKILL to whatever is left after a grace period.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@dataclass
+class SystemSpec:
+    """How to start one system and talk to it."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    path: str  # the POST endpoint
+    ready_path: str  # GET until it answers 200
+    label: str | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    if proc.poll() is not None and not _group_alive(proc.pid):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not _group_alive(proc.pid):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True
+
+
+def stop_all() -> None:
+    """Stop every process group this module started (idempotent)."""
+    while _STARTED:
+        _stop(_STARTED.pop())
+
+
+def _on_signal(signum: int, _frame: object) -> None:
+    stop_all()
+    raise SystemExit(128 + signum)
+
+
+atexit.register(stop_all)
+
+
+def install_signal_handlers() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _on_signal)
+
+
+@contextlib.contextmanager
+def running(spec: SystemSpec, port: int, log_dir: Path, timeout_s: float = 180.0) -> Iterator[int]:
+    """Start ``spec`` on ``port``, wait until it is ready, yield the port; always stop it."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{spec.name}{'-' + spec.label if spec.label else ''}.log"
+    env = {**spec.env, **spec.extra_env}
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            spec.argv,
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        _STARTED.append(proc)
+        try:
+            _wait_ready(proc, port, spec.ready_path, timeout_s, log_path)
+            yield port
+        finally:
+            _stop(proc)
+            with contextlib.suppress(ValueError):
+                _STARTED.remove(proc)
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes], port: int, path: str, timeout_s: float, log: Path
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    url = f"http://127.0.0.1:{port}{path}"
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{proc.args[:4]} exited with {proc.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 (loopback)
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} not ready after {timeout_s:.0f} s (log: {log})")
+
+
+def base_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(BENTOML_DO_NOT_TRACK="true", PYTHONUNBUFFERED="1")
+    env.pop("MLPIPE_SERVING__WORKERS", None)
+    return env
+
+
+def mlpipe_spec(home: Path, port: int, overrides: dict[str, str] | None = None,
+                label: str | None = None) -> SystemSpec:
+    env = base_env()
+    env["MLPIPE_HOME"] = str(home)
+    return SystemSpec(
+        "mlpipe",
+        [str(BIN / "mlpipe"), "serve", "--port", str(port), "--host", "127.0.0.1"],
+        env,
+        "/predict",
+        "/readyz",
+        label=label,
+        extra_env=overrides or {},
+    )
+
+
+def bentoml_spec(
+    home: Path, port: int, *, tuned: bool, workers: int, max_batch_size: int, max_latency_ms: int
+) -> SystemSpec:
+    env = base_env()
+    env.update(
+        MLFLOW_TRACKING_URI=f"sqlite:///{home / '.mlpipe' / 'mlflow.db'}",
+        BENCH_MODEL_URI="models:/fraud/1",
+        MLFLOW_ALLOW_PICKLE_DESERIALIZATION="true",
+    )
+    if tuned:
+        env.update(
+            BENCH_TUNED="1",
+            BENCH_WORKERS=str(workers),
+            BENCH_MAX_BATCH_SIZE=str(max_batch_size),
+            BENCH_MAX_LATENCY_MS=str(max_latency_ms),
+        )
+    argv = [
+        sys.executable, "-m", "bentoml", "serve", "service:Plain",
+        "--working-dir", str(ROOT / "bench/baselines/bentoml_plain"),
+        "--host", "127.0.0.1", "--port", str(port),
+    ]
+    return SystemSpec("bentoml-tuned" if tuned else "bentoml", argv, env, "/predict", "/readyz")
+
+
+def mlflow_spec(home: Path, port: int) -> SystemSpec:
+    env = base_env()
+    env.update(
+        MLFLOW_TRACKING_URI=f"sqlite:///{home / '.mlpipe' / 'mlflow.db'}",
+        MLFLOW_ALLOW_PICKLE_DESERIALIZATION="true",
+    )
+    argv = [
+        str(BIN / "mlflow"), "models", "serve", "-m", "models:/fraud/1",
+        "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port),
+    ]
+    return SystemSpec("mlflow", argv, env, "/invocations", "/ping")
+
+
+def floor_spec(port: int, workers: int) -> SystemSpec:
+    argv = [
+        sys.executable, "-m", "uvicorn", "app:app",
+        "--app-dir", str(ROOT / "bench/baselines/floor"),
+        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+        "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools",
+    ]
+    spec = SystemSpec("floor", argv, base_env(), "/predict", "/ready")
+    return spec
