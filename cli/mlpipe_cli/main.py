@@ -14,6 +14,7 @@ from typer._click.exceptions import ClickException  # typer 0.29 vendors click
 from mlpipe_cli import console
 from mlpipe_cli.commands import (
     deploy,
+    export,
     features,
     models,
     monitor,
@@ -50,6 +51,7 @@ serve.register(app)
 warehouse.register(app)
 monitor.register(app)
 tenants.register(app)
+export.register(app)
 
 
 def run() -> None:
