@@ -1,7 +1,7 @@
-"""``mlpipe monitor drift``, ``mlpipe canary analyze`` and ``mlpipe rollout``.
+"""``mlpipe monitor drift|skew``, ``mlpipe canary analyze`` and ``mlpipe rollout``.
 
 Verdicts set the exit code after the summary is printed: 0 ok / pass, 1 drift /
-fail / insufficient / rolled back; an undelivered ``--alert-webhook`` exits 3.
+skew / fail / insufficient / rolled back; an undelivered ``--alert-webhook`` exits 3.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ _WEBHOOK = typer.Option(None, "--alert-webhook", help="POST the verdict as JSON 
 def register(app: typer.Typer) -> None:
     monitor = typer.Typer(help="Drift and skew reports over logged traffic.", no_args_is_help=True)
     monitor.command("drift")(drift)
+    monitor.command("skew")(skew)
     app.add_typer(monitor, name="monitor")
     canary = typer.Typer(help="Canary vs champion analysis.", no_args_is_help=True)
     canary.command("analyze")(analyze)
@@ -104,6 +105,63 @@ def drift(
             f"{result.drift_share_threshold}); reports in {result.report_dir}"
         )
     _finish("drift", name, result.verdict, result.exit_code, data, alert_webhook)
+
+
+def skew(
+    name: str = typer.Argument(..., help="Registered model name."),
+    window: str = typer.Option("24h", "--window", help="How far back from now, e.g. 1h, 24h, 7d."),
+    sample: int | None = typer.Option(
+        None, "--sample", min=1, help="Logged rows to check (default: monitor.skew_sample_rows)."
+    ),
+    as_json: bool = _JSON,
+    alert_webhook: str | None = _WEBHOOK,
+) -> None:
+    """Train/serve skew (served vs Feast point-in-time features): exit 0 ok, 1 skew, 2 error."""
+    from mlpipe import monitoring
+
+    result = monitoring.skew(state.settings(), name, window, sample=sample, notify=console.status)
+    data = result.to_dict()
+    if as_json:
+        console.print_json(data)
+    else:
+        rows = [
+            [
+                f.feature,
+                str(f.compared),
+                str(f.mismatched),
+                f"{f.mismatch_rate:.2%}",
+                _fmt(f.max_abs_diff),
+                "yes" if f.skewed else "no",
+            ]
+            for f in result.features
+        ]
+        title = (
+            f"{name}: {result.verdict} — {result.rows_compared} of {result.rows_in_window} "
+            "request(s) compared with the offline store "
+            f"({', '.join(sorted({f.feature_service for f in result.features})) or '-'})"
+        )
+        console.show(
+            console.table(
+                title,
+                ["feature", "compared", "mismatched", "rate", "max |diff|", "skewed"],
+                rows,
+            )
+        )
+        for f in result.features:
+            for e in f.examples if f.skewed else []:
+                console.status(
+                    f"  {f.feature} {e.entity_key} at {e.ts:%Y-%m-%d %H:%M:%S}: "
+                    f"served {_fmt(e.served)}, offline {_fmt(e.offline)}"
+                )
+        for s in result.skipped:
+            console.status(f"[yellow]skipped[/yellow] {s.column}: {s.reason}")
+        for note in result.notes:
+            console.status(f"note: {note}")
+        console.status(
+            f"verdict: {result.verdict} (relative tolerance {result.rel_tolerance:g}, "
+            f"max mismatch rate {result.max_mismatch_rate:g}); recorded in {result.report_path}"
+        )
+    _finish("skew", name, result.verdict, result.exit_code, data, alert_webhook)
 
 
 def analyze(

@@ -60,13 +60,16 @@ class PredictionWindow:
     ``rows`` has request_id, ts, arm, version, generation, score, label,
     latency_ms, status and ``outcome`` (NaN where no label has arrived);
     ``features`` has one column per logged model input, on the same index.
-    ``total`` counts the window before sampling.
+    ``entities`` (only when asked for) has ``entity_key`` and one column per
+    logged entity field, values as logged. ``total`` counts the window before
+    sampling.
     """
 
     rows: pd.DataFrame
     features: pd.DataFrame
     total: int
     sampled: bool
+    entities: pd.DataFrame | None = None
 
 
 _BASE = [
@@ -91,8 +94,12 @@ def prediction_window(
     sample_rows: int | None = None,
     seed: int = 42,
     notify: _engine.Notify | None = None,
+    with_entities: bool = False,
 ) -> PredictionWindow:
-    """Read a window of predictions (naive UTC times), sampled in SQL above ``sample_rows``."""
+    """Read a window of predictions (naive UTC times), sampled in SQL above ``sample_rows``.
+
+    ``with_entities`` also returns each row's logged entity (train/serve skew joins on it).
+    """
     import msgspec
     import pandas as pd
 
@@ -102,8 +109,9 @@ def prediction_window(
         cond.append(p.c.arm == arm)
     with _engine.read(settings, notify) as conn:
         total = conn.execute(sa.select(sa.func.count()).select_from(p).where(*cond)).scalar_one()
+        extra = [p.c.entity_key, p.c.entity] if with_entities else []
         stmt = (
-            sa.select(*(p.c[c] for c in _BASE), p.c.features, o.c.outcome)
+            sa.select(*(p.c[c] for c in _BASE), p.c.features, o.c.outcome, *extra)
             .select_from(p.outerjoin(o, o.c.request_id == p.c.request_id))
             .where(*cond)
         )
@@ -118,8 +126,16 @@ def prediction_window(
             rows = conn.execute(stmt.order_by(sa.func.random()).limit(sample_rows)).all()
         else:
             rows = conn.execute(stmt.order_by(p.c.ts)).all()
-    columns = [*_BASE, "features", "outcome"]
+    columns = [*_BASE, "features", "outcome", *(["entity_key", "entity"] if with_entities else [])]
     frame = pd.DataFrame(rows, columns=columns)
+    entities = None
+    if with_entities:
+        logged = [msgspec.json.decode(e.encode()) for e in frame["entity"]]
+        entities = pd.DataFrame.from_records(logged, index=frame.index) if logged else None
+        if entities is None:
+            entities = pd.DataFrame(index=frame.index)
+        entities.insert(0, "entity_key", frame["entity_key"])
+        frame = frame.drop(columns=["entity_key", "entity"])
     decoded = (
         msgspec.json.decode(("[" + ",".join(frame["features"]) + "]").encode())
         if len(frame)
@@ -134,7 +150,7 @@ def prediction_window(
     frame = frame.drop(columns=["features"])
     frame["ts"] = pd.to_datetime(frame["ts"])
     frame["outcome"] = pd.to_numeric(frame["outcome"], errors="coerce")
-    return PredictionWindow(frame, features, int(total), bool(sampled))
+    return PredictionWindow(frame, features, int(total), bool(sampled), entities)
 
 
 def models_in_warehouse(settings: Settings, notify: _engine.Notify | None = None) -> list[str]:
