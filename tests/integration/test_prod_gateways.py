@@ -1,0 +1,135 @@
+"""Two gateways, one state: two ``bentoml serve`` processes on the prod profile's stores.
+
+The control plane is a fresh PostgreSQL database and the tenant token buckets
+live in Redis (``security.redis_url``). A promote committed once is answered by
+both gateways within a couple of seconds; a tenant's rate limit holds across
+both together, not per gateway. (The registry here is the home's SQLite file,
+which both processes on this machine share; the MLflow-server registry is
+covered by ``test_prod_registry.py``.)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from mlpipe import deployments, security
+from mlpipe.config import Settings, load_settings
+from tests.integration.prod_services import (
+    REDIS_URL,
+    free_port,
+    postgres_database,
+    redis_client,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis, pytest.mark.e2e]
+
+BODY = {"model": "fraud", "entity": {}, "features": {"amount": 80.0, "txn_count_7d": 3}}
+RATE, BURST, BURST_SECONDS = 20.0, 10, 3.0
+
+
+@dataclass
+class Gateways:
+    settings: Settings
+    urls: list[str]
+    poll_key: str
+    limited_key: str
+
+
+@pytest.fixture
+def gateways(registered_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateways]:
+    from mlpipe.serving.server import ScoringProcess
+
+    with redis_client() as redis, postgres_database() as control:
+        (registered_home / "mlpipe.toml").write_text(
+            f'[profile.prod]\ncontrol_url = "{control}"\n'
+            f'[profile.prod.security]\nredis_url = "{REDIS_URL}"\n'
+        )
+        monkeypatch.setenv("MLPIPE_PROFILE", "prod")
+        settings = load_settings()
+        deployments.deploy(settings, "fraud", "1")
+        suffix = uuid.uuid4().hex[:8]
+        names = [f"poll-{suffix}", f"limited-{suffix}"]
+        _, poll_key = security.add_tenant(settings, names[0], rate=10_000, burst=10_000)
+        _, limited_key = security.add_tenant(settings, names[1], rate=RATE, burst=BURST)
+        env = {"MLPIPE_SERVING__RELOAD_INTERVAL_S": "0.5", "MLPIPE_SERVING__MAX_LATENCY_MS": "5"}
+        servers = [ScoringProcess(settings, port=free_port(), env=env) for _ in range(2)]
+        errors: list[BaseException] = []
+
+        def start(server: ScoringProcess) -> None:
+            try:
+                server.start()
+            except BaseException as exc:  # reported below, in the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=start, args=(s,)) for s in servers]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            yield Gateways(settings, [s.url for s in servers], poll_key, limited_key)
+        finally:
+            for server in servers:
+                server.stop()
+            redis.delete(*(f"mlpipe:bucket:{name}" for name in names))  # type: ignore[attr-defined]
+
+
+def _version(url: str, key: str) -> str:
+    response = httpx.post(f"{url}/predict", json=BODY, headers={"X-API-Key": key}, timeout=10)
+    assert response.status_code == 200, response.text
+    return str(response.json()["version"])
+
+
+def _promote_is_seen_by_both_within_seconds(gateways: Gateways) -> None:
+    s = gateways.settings
+    assert [_version(u, gateways.poll_key) for u in gateways.urls] == ["1", "1"]
+    deployments.deploy(s, "fraud", "2", canary=10)
+    deployments.promote(s, "fraud", force=True)
+    committed = time.monotonic()
+    seen: dict[str, float] = {}
+    while len(seen) < 2 and time.monotonic() - committed < 10:
+        for url in gateways.urls:
+            if url not in seen and _version(url, gateways.poll_key) == "2":
+                seen[url] = time.monotonic() - committed
+        time.sleep(0.1)
+    assert set(seen) == set(gateways.urls), seen
+    assert max(seen.values()) < 3.0, seen
+
+
+def _rate_limit_holds_across_both(gateways: Gateways) -> None:
+    counts = {200: 0, 429: 0}
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def hammer(url: str) -> None:
+        with httpx.Client(base_url=url, headers={"X-API-Key": gateways.limited_key}) as client:
+            while time.monotonic() - start < BURST_SECONDS:
+                status = client.post("/predict", json=BODY, timeout=10).status_code
+                with lock:
+                    counts[status] = counts.get(status, 0) + 1
+
+    threads = [threading.Thread(target=hammer, args=(u,)) for u in gateways.urls for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    allowed = BURST + RATE * elapsed
+    assert counts[429] > 0, counts  # the load was over the limit
+    assert abs(counts[200] - allowed) <= 0.1 * allowed, (counts, allowed)
+
+
+def test_two_gateways_share_deployments_and_rate_limits(gateways: Gateways) -> None:
+    """One pair of servers (they take a while to start) for both properties."""
+    _promote_is_seen_by_both_within_seconds(gateways)
+    _rate_limit_holds_across_both(gateways)
