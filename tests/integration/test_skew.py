@@ -1,10 +1,11 @@
 """Train/serve skew against a real Feast repository: served values come from the online store.
 
 A copy of ``feature_repo/`` with a tiny generated data set (30 customers, 3 days)
-is applied and materialized; a version of ``fraud`` is registered against the
-``fraud_v2`` FeatureService. Prediction rows log what the online store served,
-except that one feature is perturbed on half the rows, as a serving-side bug
-would: ``monitor skew`` flags that feature and no other.
+is applied and materialized; on a copy of the session's registry template
+(``fraud`` v1, v2) a v3 is registered against the ``fraud_v2`` FeatureService.
+Prediction rows log what the online store served, except that one feature is
+perturbed on half the rows, as a serving-side bug would: ``monitor skew`` flags
+that feature and no other.
 """
 
 from __future__ import annotations
@@ -28,20 +29,24 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2] / "feature_repo"
 SKEWED = "amount_mean_7d"
+VERSION = "3"  # v1 and v2 (the template's) have no feature service
 # The data ends an hour before the current hour, so every request logged "now" is after
 # the last snapshot: online and offline-as-of-request hold the same values.
 DATA_END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
 
 
 @pytest.fixture(scope="module")
-def feast_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A home with an applied, materialized feature repo and ``fraud`` v1 on ``fraud_v2``."""
+def feast_home(tmp_path_factory: pytest.TempPathFactory, registry_template: Path) -> Path:
+    """A home with an applied, materialized feature repo and ``fraud`` v3 on ``fraud_v2``."""
     import joblib
     from lightgbm import LGBMClassifier
 
     from mlpipe.config import Settings
 
     root = tmp_path_factory.mktemp("skew")
+    shutil.copytree(
+        registry_template / ".mlpipe", root / ".mlpipe"
+    )  # MLflow's DB is slow to create
     shutil.copytree(
         REPO, root / "feature_repo", ignore=shutil.ignore_patterns("data", "__pycache__")
     )
@@ -56,13 +61,14 @@ def feast_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = LGBMClassifier(n_estimators=5, verbose=-1).fit(frame[inputs], frame["label"])
     joblib.dump(model, root / "model.joblib")
     frame.to_parquet(root / "train.parquet", index=False)
-    registry.register(
+    info = registry.register(
         settings,
         "fraud",
         dataset=root / "train.parquet",
         model_path=root / "model.joblib",
         feature_service="fraud_v2",
     )
+    assert info.version == VERSION
     return root
 
 
@@ -96,7 +102,7 @@ def _served_traffic(settings, name: str, ts: list[float], perturb: bool) -> dict
                 ts=at,
                 tenant="t",
                 model="fraud",
-                version="1",
+                version=VERSION,
                 arm="champion",
                 generation=1,
                 entity_key=f"customer_id={customer}",

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlpipe.errors import InvalidInput
+from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.monitoring._canary import CanaryAnalysis, analyze
 from mlpipe.monitoring._window import parse_duration
 
@@ -68,7 +68,9 @@ def rollout(
     """Walk the canary through ``steps`` (percent); promote at 100, roll back on a failed analysis.
 
     ``version`` defaults to the running canary. Raises :class:`InvalidInput` when
-    there is no canary to roll out, and what deploy/promote/rollback raise.
+    there is no canary to roll out, and what deploy/promote/rollback raise. When
+    a step's analysis raises (the warehouse stays locked, say, or the run is
+    interrupted), the canary is rolled back first and the error re-raised.
     """
     from mlpipe import deployments
 
@@ -92,26 +94,53 @@ def rollout(
         deployments.deploy(
             settings, model, version, canary=weight, reason=f"rollout step {weight:g}%"
         )
-        analysis: CanaryAnalysis | None = None
-        attempt = 0
-        while attempt < max(1, max_waits):
-            attempt += 1
-            sleep(wait)
-            analysis = analyze(settings, model, interval)
-            if analysis.verdict != "insufficient":
-                break
-        assert analysis is not None
-        step = RolloutStep(weight, analysis.verdict, attempt, analysis.report_path or "")
+        try:
+            verdict, attempt, analysis = _analyse_step(
+                settings, model, interval, wait, max_waits, sleep
+            )
+        except BaseException as exc:
+            # Never leave a half-analysed canary taking traffic: take it out, then report.
+            deployments.rollback(
+                settings, model, reason=f"rollout step {weight:g}%: aborted ({exc!r:.200})"
+            )
+            raise
+        detail = analysis.report_path if analysis and analysis.report_path else ""
+        step = RolloutStep(weight, verdict, attempt, detail or "no logged predictions yet")
         result.steps.append(step)
         if on_step:
             on_step(step, analysis)
-        if analysis.verdict != "pass":
-            why = (
-                "failed"
-                if analysis.verdict == "fail"
-                else f"insufficient data after {attempt} waits"
-            )
+        if verdict != "pass":
+            why = "failed" if verdict == "fail" else f"insufficient data after {attempt} waits"
             deployments.rollback(settings, model, reason=f"rollout step {weight:g}%: canary {why}")
             return result
     result.outcome = "held"  # steps ended below 100: the canary stays at the last weight
     return result
+
+
+def _analyse_step(
+    settings: Settings,
+    model: str,
+    interval: str,
+    wait: float,
+    max_waits: int,
+    sleep: Callable[[float], None],
+) -> tuple[str, int, CanaryAnalysis | None]:
+    """Wait an interval and analyse, again while the data is insufficient (up to ``max_waits``).
+
+    A model with no logged predictions at all counts as insufficient data.
+    """
+    analysis: CanaryAnalysis | None = None
+    verdict = "insufficient"
+    attempt = 0
+    while attempt < max(1, max_waits):
+        attempt += 1
+        sleep(wait)
+        try:
+            analysis = analyze(settings, model, interval)
+        except NotFound:
+            analysis, verdict = None, "insufficient"
+            continue
+        verdict = analysis.verdict
+        if verdict != "insufficient":
+            break
+    return verdict, attempt, analysis

@@ -1,0 +1,145 @@
+"""``rollout`` end to end on a registered model: real control plane, warehouse and analysis.
+
+``fraud`` v1 is the champion and v2 rolls out. Time does not pass: the ``sleep``
+hook stands in for each interval and logs a batch of traffic for both arms
+(and loads its outcomes) before the step's analysis reads it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mlpipe import deployments, monitoring, warehouse
+from mlpipe.predlog.record import ENCODER, PredictionRecord
+
+pytestmark = pytest.mark.integration
+PER_ARM = 250  # above canary_min_requests (200) and canary_min_labels (100)
+
+
+class Traffic:
+    """One interval of traffic per call: champion right 95 % of the time, canary ``accuracy``."""
+
+    def __init__(self, settings, canary_accuracy: float) -> None:  # type: ignore[no-untyped-def]
+        self.settings = settings
+        self.canary_accuracy = canary_accuracy
+        self.batches = 0
+
+    def __call__(self, _seconds: float) -> None:
+        self.batches += 1
+        rng = np.random.default_rng(self.batches)
+        scores = rng.uniform(0, 1, PER_ARM)  # both arms: the same score distribution
+        truth = (scores >= 0.5).astype(int)
+        now = time.time() - 5
+        records, outcomes = [], []
+        for arm, version, accuracy in (
+            ("champion", "1", 0.95),
+            ("canary", "2", self.canary_accuracy),
+        ):
+            wrong = rng.uniform(0, 1, PER_ARM) > accuracy
+            for i in range(PER_ARM):
+                request_id = f"b{self.batches}-{arm}-{i}"
+                records.append(
+                    PredictionRecord(
+                        request_id=request_id,
+                        ts=now - i * 0.01,
+                        tenant="t",
+                        model="fraud",
+                        version=version,
+                        arm=arm,  # type: ignore[arg-type]
+                        generation=1,
+                        entity_key=f"customer_id={i}",
+                        entity={"customer_id": i},
+                        features={"amount": float(i), "txn_count_7d": 3.0},
+                        score=float(scores[i]),
+                        label=int(truth[i]),
+                        latency_ms=4.0,
+                    )
+                )
+                outcomes.append((request_id, int(truth[i] ^ wrong[i])))
+        log = self.settings.predlog_path / f"batch-{self.batches}.jsonl"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_bytes(b"".join(ENCODER.encode(r) + b"\n" for r in records))
+        warehouse.sync(self.settings)
+        labels = self.settings.home / f"labels-{self.batches}.csv"
+        pd.DataFrame(outcomes, columns=["request_id", "label"]).to_csv(labels, index=False)
+        warehouse.load_outcomes(self.settings, labels)
+
+
+@pytest.fixture
+def champion_v1(registered_home: Path, settings):  # type: ignore[no-untyped-def]
+    deployments.deploy(settings, "fraud", "1", reason="first champion")
+    return settings
+
+
+def _actions(settings) -> list[tuple[str, str | None, float, str | None]]:  # type: ignore[no-untyped-def]
+    return [
+        (h.action, h.canary, h.canary_weight, h.reason)
+        for h in reversed(deployments.history(settings, "fraud"))
+    ]
+
+
+def test_a_bad_canary_is_rolled_back_by_itself(champion_v1) -> None:  # type: ignore[no-untyped-def]
+    settings = champion_v1
+    seen: list[tuple[float, str]] = []
+    result = monitoring.rollout(
+        settings,
+        "fraud",
+        [5, 25, 50, 100],
+        interval="10m",
+        version="2",
+        sleep=Traffic(settings, canary_accuracy=0.6),
+        on_step=lambda step, _analysis: seen.append((step.weight, step.verdict)),
+    )
+    assert result.outcome == "rolled_back" and result.exit_code == 1
+    assert seen == [(5, "fail")]
+    record = deployments.status(settings, "fraud")
+    assert record.champion == "1" and record.canary is None
+    assert _actions(settings) == [
+        ("deploy", None, 0.0, "first champion"),
+        ("canary", "2", 5.0, "rollout step 5%"),
+        ("rollback-canary", None, 0.0, "rollout step 5%: canary failed"),
+    ]
+    (analysis,) = warehouse.list_reports(settings, model="fraud", kind="canary")
+    assert analysis.verdict == "fail" and analysis.version == "2"
+    failed = [c["name"] for c in analysis.summary["checks"] if c["passed"] is False]
+    assert failed == ["accuracy"]
+
+
+def test_a_good_canary_reaches_100_percent(champion_v1) -> None:  # type: ignore[no-untyped-def]
+    settings = champion_v1
+    traffic = Traffic(settings, canary_accuracy=0.95)
+    result = monitoring.rollout(
+        settings, "fraud", [5, 50, 100], interval="10m", version="2", sleep=traffic
+    )
+    assert result.outcome == "promoted" and result.exit_code == 0
+    assert [(s.weight, s.verdict) for s in result.steps] == [
+        (5, "pass"),
+        (50, "pass"),
+        (100, "promoted"),
+    ]
+    assert traffic.batches == 2
+    record = deployments.status(settings, "fraud")
+    assert record.champion == "2" and record.previous == "1" and record.canary is None
+    assert [a[:3] for a in _actions(settings)] == [
+        ("deploy", None, 0.0),
+        ("canary", "2", 5.0),
+        ("canary", "2", 50.0),
+        ("promote", None, 0.0),
+    ]
+    assert _actions(settings)[-1][3] == "rollout: all steps passed"
+
+
+def test_a_canary_without_enough_traffic_is_rolled_back_after_max_waits(champion_v1) -> None:  # type: ignore[no-untyped-def]
+    settings = champion_v1
+    waits: list[float] = []
+    result = monitoring.rollout(
+        settings, "fraud", [5, 100], interval="1m", version="2", max_waits=2, sleep=waits.append
+    )
+    assert result.outcome == "rolled_back" and waits == [60.0, 60.0]
+    assert result.steps[0].verdict == "insufficient" and result.steps[0].analyses == 2
+    assert _actions(settings)[-1][3] == "rollout step 5%: canary insufficient data after 2 waits"
