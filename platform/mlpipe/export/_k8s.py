@@ -115,7 +115,7 @@ def write_k8s(
 
     ``kubectl apply -f OUT`` applies them in order. Returns the paths written.
     """
-    import yaml
+    import yaml  # type: ignore[import-untyped]
 
     objects = k8s_manifests(settings, model, options)
     out.mkdir(parents=True, exist_ok=True)
