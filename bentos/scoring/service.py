@@ -18,6 +18,7 @@ import bentoml
 
 from mlpipe.config import load_settings
 from mlpipe.serving import PredictGateway, PredictRequest, ServingRuntime, set_current
+from mlpipe.serving.auth import AuthGateway
 
 settings = load_settings()
 _s = settings.serving
@@ -60,4 +61,6 @@ class Scoring:
         self.runtime.close()
 
 
+# The first added is the outermost: keys and rate limits before the gateway parses.
+Scoring.add_asgi_middleware(AuthGateway, settings=settings)
 Scoring.add_asgi_middleware(PredictGateway, max_body_bytes=_s.max_body_bytes)
