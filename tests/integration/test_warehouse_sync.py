@@ -169,7 +169,7 @@ def test_a_second_process_waits_for_the_lock_and_says_so(settings, monkeypatch):
     finally:
         holder.wait(timeout=30)
     # and a bounded wait: give up with a clear StoreUnavailable, not DuckDB's lock error
-    monkeypatch.setattr(warehouse._engine, "DEFAULT_LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(settings, "warehouse_lock_timeout_s", 0.5)
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, db, "3"], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"

@@ -38,7 +38,8 @@ def sync(as_json: bool = _JSON) -> None:
     console.status(
         f"read {result.segments_read} segment(s) ({result.segments_unchanged} unchanged), "
         f"{result.rows_read} row(s): {result.rows_loaded} new, {result.duplicates} already loaded; "
-        f"predictions now {result.rows_total} ({result.seconds:.2f}s)"
+        f"predictions now {result.rows_total}; {result.deployments_loaded} deployment change(s) "
+        f"mirrored ({result.seconds:.2f}s)"
     )
     for line in result.skipped:
         console.status(f"[yellow]skipped[/yellow] {line.segment}:{line.line}: {line.reason}")

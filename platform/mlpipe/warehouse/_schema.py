@@ -75,6 +75,7 @@ deployments = sa.Table(
     sa.Column("actor", sa.String, nullable=True),
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("changed_at", sa.DateTime, nullable=True),
+    sa.Column("previous", sa.String, nullable=True),  # migration 2
 )
 
 # Index of generated reports and their verdicts (drift, canary, skew).
@@ -121,6 +122,21 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
         _create(predictions, outcomes, deployments, reports, segments),
     ),
 ]
+
+
+def _add_previous(conn: Connection) -> None:
+    # Databases created by migration 1 after this column joined the table already have it.
+    # information_schema rather than sa.inspect: duckdb-engine's inspector trips on pg_catalog.
+    columns = set(
+        conn.exec_driver_sql(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'deployments'"
+        ).scalars()
+    )
+    if "previous" not in columns:
+        conn.exec_driver_sql("ALTER TABLE deployments ADD COLUMN previous VARCHAR")
+
+
+MIGRATIONS.append((2, "deployments.previous (control-plane mirror)", _add_previous))
 HEAD = MIGRATIONS[-1][0]
 
 

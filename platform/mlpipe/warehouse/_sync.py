@@ -20,7 +20,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute below)
 import sqlalchemy as sa
 
 from mlpipe.predlog.record import DECODER, PredictionRecord
-from mlpipe.warehouse import _engine, _schema
+from mlpipe.warehouse import _engine, _mirror, _schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,6 +50,7 @@ class SyncResult:
     rows_read: int = 0
     rows_loaded: int = 0
     rows_total: int = 0
+    deployments_loaded: int = 0  # control-plane history rows newly mirrored
     skipped: list[SkippedLine] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -246,10 +247,12 @@ def _line_count(data: bytes) -> int:
 def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult:
     """Load every prediction-log segment under ``settings.predlog_path`` into ``predictions``.
 
+    Also mirrors the control plane's deployment history into ``deployments``.
     Idempotent: running it again (or replaying a segment) adds no rows. Closed
     segments already loaded whole are not re-read. Lines that are not whole
     records are skipped and listed in the result. Raises :class:`StoreUnavailable`
-    when the warehouse stays locked past the lock timeout.
+    when the warehouse stays locked past the lock timeout, or the control plane
+    is unavailable.
     """
     import time
 
@@ -264,6 +267,8 @@ def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult
             row.path: row.size
             for row in conn.execute(sa.select(_schema.segments.c.path, _schema.segments.c.size))
         }
+        mirrored = _mirror.mirrored_generations(conn)
+    history = _mirror.pending_history(settings, mirrored)
     now = datetime.now(UTC).replace(tzinfo=None)
     # Everything is read before the write lock is taken, so the lock is held only for the insert.
     closed: dict[str, tuple[Path, bytes]] = {}
@@ -316,6 +321,7 @@ def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult
                     path=rel, size=size, rows=n_rows, skipped_lines=n_skipped, loaded_at=now
                 )
             )
+        result.deployments_loaded = _mirror.insert_missing(conn, history)
         result.rows_total = conn.execute(
             sa.select(sa.func.count()).select_from(_schema.predictions)
         ).scalar_one()
