@@ -114,13 +114,15 @@ def _check_control(settings: Settings) -> str:
 
 
 def _check_features(settings: Settings) -> str:
-    repo = settings.feature_repo_path
-    if not (repo / "feature_store.yaml").is_file():
-        raise MlpipeError(f"no feature_store.yaml in {repo}")
+    yaml_file = settings.feature_store_yaml_path
+    if not yaml_file.is_file():
+        raise MlpipeError(f"no {yaml_file.name} in {yaml_file.parent}")
     from mlpipe import features
+    from mlpipe.features.store import open_store
 
+    online = open_store(settings).config.online_store.type
     services = features.list_services(settings)
-    return f"{len(services)} feature service(s)"
+    return f"{len(services)} feature service(s), online store: {online}"
 
 
 def _check_warehouse(settings: Settings) -> str:

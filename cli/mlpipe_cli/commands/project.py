@@ -30,13 +30,16 @@ def doctor(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -
     from dataclasses import asdict
 
     from mlpipe import stack
+    from mlpipe.config import config_path
 
-    checks = stack.doctor(state.settings())
+    settings = state.settings()
+    checks = stack.doctor(settings)
     if json_out:
         console.print_json([asdict(c) for c in checks])
     else:
+        title = f"stores of profile {settings.profile!r} (config: {config_path()})"
         rows = [[c.store, c.location, "ok" if c.ok else "FAIL", c.detail] for c in checks]
-        console.show(console.table("stores", ["store", "location", "status", "detail"], rows))
+        console.show(console.table(title, ["store", "location", "status", "detail"], rows))
     if not all(c.ok for c in checks):
         raise typer.Exit(3)
 

@@ -209,7 +209,8 @@ def _log_and_register(
     trusted = json.loads(tags[TAG + "skops_trusted_types"])
     reference = frame[features].assign(label=frame[label].to_numpy())
     reference = reference.sample(min(len(reference), REFERENCE_ROWS), random_state=0)
-    with mlflow_errors("registry"), tempfile.TemporaryDirectory() as tmp:
+    quiet = contextlib.redirect_stdout(io.StringIO())  # MLflow writes "View run" links
+    with mlflow_errors("registry"), tempfile.TemporaryDirectory() as tmp, quiet:
         with mlflow.start_run(experiment_id=experiment_id(settings)) as run:
             mlflow.log_metrics(
                 {
