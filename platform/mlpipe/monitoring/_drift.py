@@ -118,12 +118,16 @@ def _window_reference(
     return frame
 
 
-def _run_evidently(cur: pd.DataFrame, ref: pd.DataFrame, num: list[str], cat: list[str]):  # type: ignore[no-untyped-def]
+def _run_evidently(  # type: ignore[no-untyped-def]
+    cur: pd.DataFrame, ref: pd.DataFrame, num: list[str], cat: list[str], drift_share: float = 0.5
+):
     from evidently import DataDefinition, Dataset, Report
     from evidently.presets import DataDriftPreset
 
     definition = DataDefinition(numerical_columns=num, categorical_columns=cat)
-    report = Report([DataDriftPreset(columns=num + cat)], include_tests=True)
+    # mlpipe's drift share, so the report's headline agrees with the CLI's verdict.
+    preset = DataDriftPreset(columns=num + cat, drift_share=drift_share)
+    report = Report([preset], include_tests=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numpy/scipy divide warnings on degenerate columns
         import numpy as np
@@ -163,14 +167,14 @@ def _column_results(snapshot: Any) -> dict[str, tuple[str, float, float, bool]]:
 
 
 def _test_columns(
-    screened: Screened,
+    screened: Screened, drift_share: float = 0.5
 ) -> tuple[Any, dict[str, tuple[str, float, float, bool]], list[SkippedColumn]]:
     """Evidently on all screened columns; if that fails, column by column, skipping failures."""
     num, cat = screened.numerical, screened.categorical
     if not num and not cat:
         return None, {}, []
     try:
-        snapshot = _run_evidently(screened.current, screened.reference, num, cat)
+        snapshot = _run_evidently(screened.current, screened.reference, num, cat, drift_share)
         return snapshot, _column_results(snapshot), []
     except Exception:  # noqa: BLE001 - find the column Evidently cannot take, test the rest
         pass
@@ -195,7 +199,7 @@ def _test_columns(
                 )
             )
     snapshot = (
-        _run_evidently(screened.current, screened.reference, good_num, good_cat)
+        _run_evidently(screened.current, screened.reference, good_num, good_cat, drift_share)
         if good_num or good_cat
         else None
     )
@@ -257,7 +261,7 @@ def _arm_result(
     feature_cols = sorted((set(reference.columns) | set(current.columns)) - {PREDICTION})
     screened = screen(reference, current, [*feature_cols, PREDICTION], min_values)
     result.notes.extend(screened.notes)
-    snapshot, columns, failed = _test_columns(screened)
+    snapshot, columns, failed = _test_columns(screened, threshold)
     result.skipped = [*screened.skipped, *failed]
     for col, (method, score, thr, drifted) in sorted(columns.items()):
         if score != score:  # NaN: the test gave no score
