@@ -27,5 +27,13 @@ docs: install
 test: install lint docs
 	$(BIN)/pytest
 
+# Benchmarks (bench/README.md). Both start servers on loopback and stop them
+# (process groups) on exit or failure; neither asserts a timing.
+bench: install
+	$(BIN)/python -m bench.run
+
+bench-quick: install
+	$(BIN)/python -m bench.run --quick
+
 clean:
 	rm -rf .mlpipe build/site

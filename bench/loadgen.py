@@ -91,7 +91,7 @@ class _Recorder:
 async def _one(conn: _Conn, body: bytes, t0: float, timeout_s: float, rec: _Recorder) -> None:
     try:
         status = await asyncio.wait_for(conn.request(body), timeout_s)
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
         conn.close()
         rec.errors += 1
         rec.statuses[0] += 1
@@ -193,8 +193,9 @@ async def open_loop(
     for task in list(tasks):
         task.cancel()
     unanswered = total - len(rec.latencies) - rec.errors
-    rec.errors += unanswered  # still waiting after the grace period: a timeout
-    rec.statuses[0] += unanswered
+    if unanswered:  # still waiting after the grace period: a timeout
+        rec.errors += unanswered
+        rec.statuses[0] += unanswered
     for conn in idle:
         conn.close()
     return rec.sample(duration_s)

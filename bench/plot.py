@@ -22,12 +22,24 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         pts.sort(key=lambda r: r["concurrency"])
         ax.plot([p["rps"] for p in pts], [p["p99_ms"] for p in pts], marker="o", label=name)
         for p in pts:
-            ax.annotate(str(p["concurrency"]), (p["rps"], p["p99_ms"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
-    opens = [r for r in rows if r["mode"] == "open" and r["p99_ms"] is not None and not r.get("label")]
+            ax.annotate(
+                str(p["concurrency"]),
+                (p["rps"], p["p99_ms"]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    opens = [
+        r for r in rows if r["mode"] == "open" and r["p99_ms"] is not None and not r.get("label")
+    ]
     if opens:
-        ax.scatter([r["rps"] for r in opens], [r["p99_ms"] for r in opens], marker="x",
-                   color="black", label="open loop (any system)")
+        ax.scatter(
+            [r["rps"] for r in opens],
+            [r["p99_ms"] for r in opens],
+            marker="x",
+            color="black",
+            label="open loop (any system)",
+        )
     ax.axhline(100, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("throughput (req/s, successful)")
     ax.set_ylabel("p99 latency (ms)")

@@ -14,13 +14,20 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from bench import loadgen, servers
 from bench.summary import SYSTEMS, best_closed, check_row, find, markdown_table, summarize
-from bench.workload import Cases, bentoml_bodies, ensure_home, mlflow_bodies, mlpipe_bodies, v1_features
+from bench.workload import (
+    Cases,
+    bentoml_bodies,
+    ensure_home,
+    mlflow_bodies,
+    mlpipe_bodies,
+    v1_features,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -37,14 +44,25 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", default=None, help="e.g. 1,8,32,128")
     p.add_argument("--duration", type=float, default=None, help="seconds per measurement")
     p.add_argument("--warmup", type=float, default=None, help="seconds of warm-up per system")
-    p.add_argument("--open", default=None, help="open-loop rates as fractions of mlpipe's "
-                   "saturation (e.g. 0.8,1.5); absolute with a trailing /s (e.g. 400/s)")
-    p.add_argument("--variants", default="", help=f"extra mlpipe runs: {','.join(VARIANTS)}")
+    p.add_argument(
+        "--open",
+        default=None,
+        help="open-loop rates as fractions of mlpipe's "
+        "saturation (e.g. 0.8,1.5); absolute with a trailing /s (e.g. 400/s)",
+    )
+    p.add_argument(
+        "--variants",
+        default="",
+        help=f"extra mlpipe runs: {','.join(VARIANTS)} "
+        "or serving settings as KEY=VALUE[+KEY=VALUE]",
+    )
     p.add_argument("--home", type=Path, default=RESULTS / "home", help="bench stack (reused)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the bench stack")
     p.add_argument("--out", type=Path, default=RESULTS)
     a = p.parse_args(argv)
-    a.concurrency = [int(c) for c in (a.concurrency or ("32" if a.quick else "1,8,32,128")).split(",")]
+    a.concurrency = [
+        int(c) for c in (a.concurrency or ("32" if a.quick else "1,8,32,128")).split(",")
+    ]
     a.duration = a.duration or (3.0 if a.quick else 10.0)
     a.warmup = a.warmup if a.warmup is not None else (1.5 if a.quick else 3.0)
     a.open = [x for x in (a.open or ("0.8" if a.quick else "0.8,1.5")).split(",") if x]
@@ -53,7 +71,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown systems: {', '.join(sorted(unknown))}")
     a.variants = [v for v in a.variants.split(",") if v]
+    for v in a.variants:
+        if v not in VARIANTS and "=" not in v:
+            p.error(f"unknown variant {v!r}: one of {', '.join(VARIANTS)} or serving KEY=VALUE")
     return a
+
+
+def variant_env(label: str) -> dict[str, str]:
+    """``unbatched`` → its env; ``max_latency_ms=50+workers=1`` → MLPIPE_SERVING__* overrides."""
+    if label in VARIANTS:
+        return VARIANTS[label]
+    pairs = (item.split("=", 1) for item in label.split("+"))
+    return {f"MLPIPE_SERVING__{k.upper()}": v for k, v in pairs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,9 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         "floor": mlpipe_bodies(cases),
     }
     rows: list[dict[str, Any]] = []
-    rates: list[float] = []
+    rates: list[float] = _open_rates([r for r in args.open if r.endswith("/s")], 0.0)
     log_dir = args.out / "logs"
     order = [s for s in SYSTEMS if s in args.systems]
+    failed: list[str] = []
     try:
         for system in order:
             port = servers.free_port()
@@ -85,30 +115,37 @@ def main(argv: list[str] | None = None) -> int:
                 spec = servers.mlpipe_spec(home, port)
             elif system in ("bentoml", "bentoml-tuned"):
                 spec = servers.bentoml_spec(
-                    home, port, tuned=system == "bentoml-tuned", workers=serving.workers,
-                    max_batch_size=serving.max_batch_size, max_latency_ms=serving.max_latency_ms,
+                    home,
+                    port,
+                    tuned=system == "bentoml-tuned",
+                    workers=serving.workers,
+                    max_batch_size=serving.max_batch_size,
+                    max_latency_ms=serving.max_latency_ms,
                 )
             elif system == "mlflow":
                 spec = servers.mlflow_spec(home, port)
             else:
                 spec = servers.floor_spec(port, serving.workers)
-            rows += _measure(spec, port, bodies[system], args, rates, log_dir)
-            if system == "mlpipe" and not rates:
-                rates[:] = _open_rates(args.open, best_closed(rows, "mlpipe"))
+            try:
+                rows += _measure(spec, port, bodies[system], args, rates, log_dir)
+            except (RuntimeError, TimeoutError) as exc:  # one system failing does not end the run
+                failed.append(f"{system}: {str(exc).splitlines()[0]}")
+                print(f"bench: {system} failed: {exc}", file=sys.stderr, flush=True)
         for label in args.variants:
             port = servers.free_port()
-            spec = servers.mlpipe_spec(home, port, VARIANTS[label], label=label)
+            spec = servers.mlpipe_spec(home, port, variant_env(label), label=label)
             rows += _measure(spec, port, bodies["mlpipe"], args, rates, log_dir, open_loop=False)
     finally:
         servers.stop_all()
     for row in rows:
         check_row(row)
     meta = {
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": args.quick,
         "duration_s": args.duration,
         "serving": serving.model_dump(),
         "wall_s": round(time.monotonic() - started, 1),
+        "failed": failed,
     }
     _write(args.out, rows, meta)
     return 0
@@ -124,26 +161,42 @@ def _open_rates(spec: list[str], saturation: float) -> list[float]:
     return [r for r in out if r > 0]
 
 
-def _measure(spec: servers.SystemSpec, port: int, body: loadgen.BodyFactory,
-             args: argparse.Namespace, rates: list[float], log_dir: Path,
-             *, open_loop: bool = True) -> list[dict[str, Any]]:
+def _measure(
+    spec: servers.SystemSpec,
+    port: int,
+    body: loadgen.BodyFactory,
+    args: argparse.Namespace,
+    rates: list[float],
+    log_dir: Path,
+    *,
+    open_loop: bool = True,
+) -> list[dict[str, Any]]:
     name = spec.name + (f" ({spec.label})" if spec.label else "")
     print(f"bench: {name} starting on :{port}", file=sys.stderr, flush=True)
     rows: list[dict[str, Any]] = []
     with servers.running(spec, port, log_dir):
         host, path = "127.0.0.1", spec.path
-        loadgen.run(lambda: loadgen.closed_loop(
-            host, port, path, body, concurrency=max(args.concurrency), duration_s=args.warmup))
+        loadgen.run(
+            lambda: loadgen.closed_loop(
+                host, port, path, body, concurrency=max(args.concurrency), duration_s=args.warmup
+            )
+        )
         for c in args.concurrency:
-            sample = loadgen.run(lambda c=c: loadgen.closed_loop(
-                host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5))
+            sample = loadgen.run(
+                lambda c=c: loadgen.closed_loop(
+                    host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5
+                )
+            )
             rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
             _progress(rows[-1])
         if open_loop and spec.name == "mlpipe" and not rates:
             rates[:] = _open_rates(args.open, best_closed(rows, "mlpipe"))
         for rate in rates if open_loop else []:
-            sample = loadgen.run(lambda r=rate: loadgen.open_loop(
-                host, port, path, body, rate=r, duration_s=args.duration))
+            sample = loadgen.run(
+                lambda r=rate: loadgen.open_loop(
+                    host, port, path, body, rate=r, duration_s=args.duration
+                )
+            )
             rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
             _progress(rows[-1])
     return rows
@@ -151,9 +204,12 @@ def _measure(spec: servers.SystemSpec, port: int, body: loadgen.BodyFactory,
 
 def _progress(row: dict[str, Any]) -> None:
     load = f"c={row['concurrency']}" if row["mode"] == "closed" else f"{row['rate']:g}/s"
-    print(f"  {row['system']}{' ' + row['label'] if row.get('label') else ''} {load}: "
-          f"{row['rps']:.0f} req/s p99 {row['p99_ms']} ms errors {row['errors']}",
-          file=sys.stderr, flush=True)
+    print(
+        f"  {row['system']}{' ' + row['label'] if row.get('label') else ''} {load}: "
+        f"{row['rps']:.0f} req/s p99 {row['p99_ms']} ms errors {row['errors']}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def targets(rows: list[dict[str, Any]]) -> list[str]:
@@ -161,30 +217,42 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     m32 = find(rows, "mlpipe", mode="closed", concurrency=32)
     if m32:
-        out.append(f"mlpipe c=32: {m32['rps']:.0f} req/s, p99 {m32['p99_ms']} ms "
-                   f"(target ≤ 100), errors {m32['errors']} (target 0)")
-        for other, want in (("bentoml", 1.5), ("mlflow", 1.5), ("bentoml-tuned", 1.0),
-                            ("floor", None)):
+        out.append(
+            f"mlpipe c=32: {m32['rps']:.0f} req/s, p99 {m32['p99_ms']} ms "
+            f"(target ≤ 100), errors {m32['errors']} (target 0)"
+        )
+        for other, want in (
+            ("bentoml", 1.5),
+            ("mlflow", 1.5),
+            ("bentoml-tuned", 1.0),
+            ("floor", None),
+        ):
             o = find(rows, other, mode="closed", concurrency=32)
             if o and o["rps"]:
                 ratio = m32["rps"] / o["rps"]
                 goal = f" (target ≥ {want})" if want else " (fraction of the floor)"
                 out.append(f"  mlpipe / {other} at c=32: {ratio:.2f}{goal}")
-        u = next((r for r in rows if r.get("label") == "unbatched" and r["concurrency"] == 32), None)
+        u = next(
+            (r for r in rows if r.get("label") == "unbatched" and r["concurrency"] == 32), None
+        )
         if u and u["rps"]:
-            out.append(f"  batched / unbatched at c=32: {m32['rps'] / u['rps']:.2f} (target ≥ 1.25), "
-                       f"p99 {m32['p99_ms']} vs {u['p99_ms']} ms")
+            out.append(
+                f"  batched / unbatched at c=32: {m32['rps'] / u['rps']:.2f} (target ≥ 1.25), "
+                f"p99 {m32['p99_ms']} vs {u['p99_ms']} ms"
+            )
     for r in rows:
         if r["system"] == "mlpipe" and r["mode"] == "open" and not r.get("label"):
             s503 = (r.get("statuses") or {}).get("503", 0)
-            out.append(f"mlpipe open {r['rate']:g}/s: p99 {r['p99_ms']} ms, {r['errors']} errors "
-                       f"({s503} × 503), {r['rps']:.0f} req/s answered")
+            out.append(
+                f"mlpipe open {r['rate']:g}/s: p99 {r['p99_ms']} ms, {r['errors']} errors "
+                f"({s503} × 503), {r['rps']:.0f} req/s answered"
+            )
     return out
 
 
 def _write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     text = json.dumps(rows, indent=1) + "\n"
     (out / f"{stamp}.json").write_text(text)
     (out / "latest.json").write_text(text)

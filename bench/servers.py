@@ -138,12 +138,15 @@ def _wait_ready(
 def base_env() -> dict[str, str]:
     env = dict(os.environ)
     env.update(BENTOML_DO_NOT_TRACK="true", PYTHONUNBUFFERED="1")
+    # mlflow models serve execs `uvicorn` from PATH
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.pop("MLPIPE_SERVING__WORKERS", None)
     return env
 
 
-def mlpipe_spec(home: Path, port: int, overrides: dict[str, str] | None = None,
-                label: str | None = None) -> SystemSpec:
+def mlpipe_spec(
+    home: Path, port: int, overrides: dict[str, str] | None = None, label: str | None = None
+) -> SystemSpec:
     env = base_env()
     env["MLPIPE_HOME"] = str(home)
     return SystemSpec(
@@ -174,9 +177,17 @@ def bentoml_spec(
             BENCH_MAX_LATENCY_MS=str(max_latency_ms),
         )
     argv = [
-        sys.executable, "-m", "bentoml", "serve", "service:Plain",
-        "--working-dir", str(ROOT / "bench/baselines/bentoml_plain"),
-        "--host", "127.0.0.1", "--port", str(port),
+        sys.executable,
+        "-m",
+        "bentoml",
+        "serve",
+        "service:Plain",
+        "--working-dir",
+        str(ROOT / "bench/baselines/bentoml_plain"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
     ]
     return SystemSpec("bentoml-tuned" if tuned else "bentoml", argv, env, "/predict", "/readyz")
 
@@ -188,18 +199,42 @@ def mlflow_spec(home: Path, port: int) -> SystemSpec:
         MLFLOW_ALLOW_PICKLE_DESERIALIZATION="true",
     )
     argv = [
-        str(BIN / "mlflow"), "models", "serve", "-m", "models:/fraud/1",
-        "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port),
+        str(BIN / "mlflow"),
+        "models",
+        "serve",
+        "-m",
+        "models:/fraud/1",
+        "--env-manager",
+        "local",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
     ]
     return SystemSpec("mlflow", argv, env, "/invocations", "/ping")
 
 
 def floor_spec(port: int, workers: int) -> SystemSpec:
     argv = [
-        sys.executable, "-m", "uvicorn", "app:app",
-        "--app-dir", str(ROOT / "bench/baselines/floor"),
-        "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-        "--no-access-log", "--log-level", "warning", "--loop", "uvloop", "--http", "httptools",
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app:app",
+        "--app-dir",
+        str(ROOT / "bench/baselines/floor"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
     ]
     spec = SystemSpec("floor", argv, base_env(), "/predict", "/ready")
     return spec

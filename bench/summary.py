@@ -116,8 +116,18 @@ def check_row(row: dict[str, Any]) -> None:
 
 def markdown_table(rows: Iterable[dict[str, Any]]) -> str:
     """The rows as a GitHub markdown table, in the order given."""
-    head = ["system", "mode", "conc / rate", "req/s", "p50 ms", "p95 ms", "p99 ms", "max ms",
-            "errors", "requests"]
+    head = [
+        "system",
+        "mode",
+        "conc / rate",
+        "req/s",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "max ms",
+        "errors",
+        "requests",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         load = str(r["concurrency"]) if r["mode"] == "closed" else f"{r['rate']:g}/s"
@@ -136,8 +146,11 @@ def _cell(value: float | None) -> str:
 def best_closed(rows: Iterable[dict[str, Any]], system: str) -> float:
     """The highest closed-loop req/s a system reached (0 when it has no row)."""
     return max(
-        (r["rps"] for r in rows if r["system"] == system and r["mode"] == "closed"
-         and not r.get("label")),
+        (
+            r["rps"]
+            for r in rows
+            if r["system"] == system and r["mode"] == "closed" and not r.get("label")
+        ),
         default=0.0,
     )
 
@@ -145,7 +158,11 @@ def best_closed(rows: Iterable[dict[str, Any]], system: str) -> float:
 def find(rows: Iterable[dict[str, Any]], system: str, **match: Any) -> dict[str, Any] | None:
     """The first unlabelled row of ``system`` whose keys equal ``match``."""
     for r in rows:
-        if r["system"] == system and not r.get("label") and all(r.get(k) == v for k, v in match.items()):
+        if (
+            r["system"] == system
+            and not r.get("label")
+            and all(r.get(k) == v for k, v in match.items())
+        ):
             return r
     return None
 

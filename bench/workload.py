@@ -22,8 +22,9 @@ CUSTOMERS = 500
 MARKER = "bench-ready"
 
 
-def ensure_home(root: Path, *, rebuild: bool = False, customers: int = CUSTOMERS,
-                days: int = 30) -> Path:
+def ensure_home(
+    root: Path, *, rebuild: bool = False, customers: int = CUSTOMERS, days: int = 30
+) -> Path:
     """The demo home under ``root`` (built if missing): returns ``<root>/.mlpipe-demo``."""
     home = root / ".mlpipe-demo"
     if not rebuild and (home / MARKER).is_file():
@@ -78,9 +79,9 @@ class Cases:
 def mlpipe_bodies(cases: Cases) -> BodyFactory:
     def body(i: int) -> bytes:
         cid, amount = cases.case(i)
-        return (
-            b'{"model":"fraud","entity":{"customer_id":%d},"features":{"amount":%s}}'
-            % (cid, repr(amount).encode())
+        return b'{"model":"fraud","entity":{"customer_id":%d},"features":{"amount":%s}}' % (
+            cid,
+            repr(amount).encode(),
         )
 
     return body

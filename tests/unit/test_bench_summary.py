@@ -1,0 +1,99 @@
+"""The bench's pure parts: percentiles, the result-row schema, the markdown table.
+
+No timing is asserted anywhere: the bench is a benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pytest
+
+from bench.summary import (
+    ROW_KEYS,
+    Sample,
+    best_closed,
+    check_row,
+    markdown_table,
+    percentile,
+    summarize,
+)
+from bench.workload import Cases, mlpipe_bodies
+
+
+def test_percentile_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile(values, 0) == 1.0
+    assert percentile([7.0], 99) == 7.0
+    assert math.isnan(percentile([], 50))
+    with pytest.raises(ValueError):
+        percentile(values, 101)
+
+
+def test_summarize_closed_row_follows_the_schema() -> None:
+    sample = Sample(
+        [0.001 * i for i in range(1, 101)], errors=3, elapsed_s=2.0, statuses={200: 100, 503: 3}
+    )
+    row = summarize("mlpipe", "closed", sample, concurrency=32)
+    check_row(row)
+    assert set(ROW_KEYS) <= set(row)
+    assert row["rps"] == 50.0  # successful answers only
+    assert row["requests"] == 103 and row["errors"] == 3
+    assert row["p50_ms"] == 50.0 and row["p99_ms"] == 99.0 and row["max_ms"] == 100.0
+    assert row["concurrency"] == 32 and row["rate"] is None
+    assert row["statuses"] == {"200": 100, "503": 3}
+    json.dumps(row)  # serializable as is
+
+
+def test_summarize_open_row_and_no_successes() -> None:
+    row = summarize("floor", "open", Sample([], errors=5, elapsed_s=1.0), rate=400)
+    check_row(row)
+    assert row["rate"] == 400.0 and row["concurrency"] is None
+    assert row["p99_ms"] is None and row["rps"] == 0.0 and row["requests"] == 5
+
+
+def test_summarize_refuses_rows_without_their_load() -> None:
+    with pytest.raises(ValueError):
+        summarize("mlpipe", "closed", Sample([], 0, 1.0))
+    with pytest.raises(ValueError):
+        summarize("mlpipe", "open", Sample([], 0, 1.0))
+    with pytest.raises(ValueError):
+        summarize("mlpipe", "sideways", Sample([], 0, 1.0), concurrency=1)
+
+
+def test_check_row_names_what_is_wrong() -> None:
+    row = summarize("bentoml", "closed", Sample([0.01], 0, 1.0), concurrency=8)
+    del row["p95_ms"]
+    with pytest.raises(ValueError, match="p95_ms"):
+        check_row(row)
+
+
+def test_table_and_best_closed() -> None:
+    rows = [
+        summarize("mlpipe", "closed", Sample([0.01] * 10, 0, 1.0), concurrency=8),
+        summarize("mlpipe", "closed", Sample([0.02] * 30, 1, 1.0), concurrency=32),
+        summarize(
+            "mlpipe", "closed", Sample([0.02] * 90, 0, 1.0), concurrency=32, label="unbatched"
+        ),
+        summarize("mlpipe", "open", Sample([0.01] * 20, 0, 1.0), rate=24),
+    ]
+    table = markdown_table(rows)
+    lines = table.strip().splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert lines[3].startswith("| mlpipe | closed | 32 | 30 |")
+    assert "mlpipe (unbatched)" in lines[4] and "24/s" in lines[5]
+    assert best_closed(rows, "mlpipe") == 30.0  # labelled variants are not the system
+    assert best_closed(rows, "mlflow") == 0.0
+
+
+def test_request_stream_is_deterministic_and_never_repeats_a_vector() -> None:
+    a, b = mlpipe_bodies(Cases()), mlpipe_bodies(Cases())
+    assert a(17) == b(17)
+    body = json.loads(a(17))
+    assert body["model"] == "fraud" and set(body) == {"model", "entity", "features"}
+    cases = Cases(size=4)
+    seen = {cases.case(i) for i in range(40)}
+    assert len(seen) == 40
