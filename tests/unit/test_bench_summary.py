@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+
 import pytest
 
 from bench.summary import (
