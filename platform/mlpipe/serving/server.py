@@ -63,6 +63,9 @@ def server_command(
         MLPIPE_SERVING__HOST=host,
         MLPIPE_SERVING__PORT=str(port),
         BENTOML_DO_NOT_TRACK="true",
+        # BentoML keeps its Prometheus multiprocess files in BENTOML_HOME and wipes
+        # them when a server starts: a home per server keeps each /metrics its own.
+        BENTOML_HOME=str(settings.state_path / "bentoml" / f"{host}-{port}"),
     )
     if workers is not None:
         env["MLPIPE_SERVING__WORKERS"] = str(workers)
