@@ -65,7 +65,7 @@ def query(
 
 def reports(
     name: str | None = typer.Argument(None, help="Model name (all models if omitted)."),
-    kind: str | None = typer.Option(None, "--kind", help="drift, canary or rollout."),
+    kind: str | None = typer.Option(None, "--kind", help="drift, canary or skew."),
     limit: int = typer.Option(20, "--limit", min=1),
     as_json: bool = _JSON,
 ) -> None:
