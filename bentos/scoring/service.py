@@ -19,6 +19,8 @@ import bentoml
 from mlpipe.config import load_settings
 from mlpipe.serving import PredictGateway, PredictRequest, ServingRuntime, set_current
 from mlpipe.serving.auth import AuthGateway
+from mlpipe.serving.oip import InferenceProtocol
+from mlpipe.serving.overload import OverloadGate, saturated
 
 settings = load_settings()
 _s = settings.serving
@@ -53,7 +55,7 @@ class Scoring:
         return self.runtime.pipeline.predict_batch(requests)
 
     def __is_ready__(self) -> bool:
-        return self.runtime.ready
+        return self.runtime.ready and not saturated()
 
     @bentoml.on_shutdown
     def shutdown(self) -> None:
@@ -63,4 +65,10 @@ class Scoring:
 
 # The first added is the outermost: keys and rate limits before the gateway parses.
 Scoring.add_asgi_middleware(AuthGateway, settings=settings)
+Scoring.add_asgi_middleware(InferenceProtocol, max_body_bytes=_s.max_body_bytes)  # /v2 → /predict
+Scoring.add_asgi_middleware(
+    OverloadGate,
+    max_inflight=settings.reliability.max_inflight,
+    retry_after_s=settings.reliability.retry_after_s,
+)
 Scoring.add_asgi_middleware(PredictGateway, max_body_bytes=_s.max_body_bytes)
