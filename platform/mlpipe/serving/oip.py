@@ -1,0 +1,460 @@
+"""The Open Inference Protocol (KServe/Triton "v2" REST) in front of ``/predict``.
+
+Pure-ASGI middleware, placed inside the auth layer and outside the overload
+gate and :class:`~mlpipe.serving.gateway.PredictGateway`. It answers:
+
+- ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``;
+- ``GET /v2/models/{name}`` (and ``.../ready``): the model's inputs and outputs;
+- ``POST /v2/models/{name}/infer``: each row of the request's tensors becomes
+  one ``/predict`` request sent down the same stack (overload gate, gateway
+  validation, routing, features, batching, prediction log), and the answers
+  are put back together as output tensors ``score`` (FP64), ``label``
+  (INT64), ``version``, ``arm`` and ``request_id`` (BYTES).
+
+Inputs are named after the model's request-time features (one column each,
+shape ``[N]`` or ``[N, 1]``) and its entity join keys (INT64 or BYTES); one
+``[N, F]`` tensor named ``features`` holds every feature in the order
+``GET /v2/models/{name}`` lists them. Tensor data comes as JSON or in Triton's
+binary tensor extension (``Inference-Header-Content-Length``); outputs are
+binary when the request asks (``binary_data_output``, or ``binary_data`` on a
+requested output), as ``tritonclient`` does by default.
+
+The deployment picks the version, as for ``/predict``: a versioned infer path
+is refused (400). Errors are ``{"error": ...}`` with the status ``/predict``
+would have given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from mlpipe.serving import runtime as _runtime
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+PREFIX = "/v2"
+MATRIX_INPUT = "features"
+OUTPUTS = {
+    "score": "FP64",
+    "label": "INT64",
+    "version": "BYTES",
+    "arm": "BYTES",
+    "request_id": "BYTES",
+}
+_NUMPY = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+
+
+class ProtocolError(Exception):
+    """A request this layer refuses before anything reaches ``/predict``."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class InferenceProtocol:
+    """Wraps the app below the auth layer; only paths under ``/v2`` are touched."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        max_rows: int = 1024,
+        predict_path: str = "/predict",
+    ) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_rows = max_rows
+        self.predict_path = predict_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == PREFIX or path.startswith(PREFIX + "/")):
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self._route(scope, receive, send)
+        except ProtocolError as exc:
+            await _reply_json(send, exc.status, {"error": str(exc)})
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
+        method = scope["method"]
+        rt = _runtime.current()
+        ready = rt is not None and rt.ready
+        if method == "GET" and parts == []:
+            await _reply_json(send, 200, _server_metadata())
+        elif method == "GET" and parts == ["health", "live"]:
+            await _reply_json(send, 200, {"live": True})
+        elif method == "GET" and parts == ["health", "ready"]:
+            await _reply_json(send, 200 if ready else 503, {"ready": ready})
+        elif len(parts) >= 2 and parts[0] == "models":
+            await self._model_route(scope, receive, send, parts[1], parts[2:])
+        else:
+            raise ProtocolError(f"no such endpoint: {method} {scope['path']}", 404)
+
+    async def _model_route(
+        self, scope: Scope, receive: Receive, send: Send, name: str, rest: list[str]
+    ) -> None:
+        method = scope["method"]
+        if len(rest) >= 2 and rest[0] == "versions":
+            if rest[2:] == ["infer"]:
+                raise ProtocolError(
+                    "mlpipe routes versions by deployment (champion/canary); "
+                    f"POST {PREFIX}/models/{name}/infer instead"
+                )
+            rest = rest[2:]
+        served = _served(name)
+        if method == "GET" and rest == []:
+            await _reply_json(send, 200, model_metadata(served))
+        elif method == "GET" and rest == ["ready"]:
+            await _reply_json(send, 200, {"name": name, "ready": True})
+        elif method == "POST" and rest == ["infer"]:
+            await self._infer(scope, receive, send, served)
+        else:
+            raise ProtocolError(f"no such endpoint: {method} {scope['path']}", 404)
+
+    # -- infer --
+
+    async def _infer(self, scope: Scope, receive: Receive, send: Send, served: Any) -> None:
+        body = await _read_body(scope, receive, self.max_body_bytes)
+        header_len = _header(scope, b"inference-header-content-length")
+        request = decode_request(body, int(header_len) if header_len else None)
+        rows = request_rows(served, request, self.max_rows)
+        requested_outputs(request)  # refuse unknown outputs before anything is scored
+        answers = await asyncio.gather(*(self._predict(scope, row) for row in rows))
+        for status, answer in answers:
+            if status != 200:
+                await _reply_json(send, status, {"error": answer.get("error", str(answer))})
+                return
+        response = encode_response(served.name, request, [a for _, a in answers])
+        await _reply(send, 200, *response)
+
+    async def _predict(self, scope: Scope, row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One ``/predict`` down the stack below: (status, decoded JSON body)."""
+        payload = json.dumps(row).encode()
+        headers = [
+            (k, v) for k, v in scope["headers"] if k not in (b"content-length", b"content-type")
+        ]
+        headers += [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(payload)).encode()),
+        ]
+        inner = {
+            **scope,
+            "method": "POST",
+            "path": self.predict_path,
+            "raw_path": self.predict_path.encode(),
+            "query_string": b"",
+            "headers": headers,
+        }
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+
+        status = 500
+        chunks: list[bytes] = []
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self.app(inner, receive, capture)
+        raw = b"".join(chunks)
+        try:
+            answer = json.loads(raw) if raw else {}
+        except ValueError:
+            answer = {"error": raw.decode(errors="replace")[:500]}
+        if not isinstance(answer, dict):
+            answer = {"error": str(answer)[:500]}
+        return status, answer
+
+
+def _served(name: str) -> Any:
+    rt = _runtime.current()
+    if rt is None or not rt.ready:
+        raise ProtocolError("not ready: models still loading", 503)
+    served = rt.loader.models.get(name)
+    if served is None:
+        known = ", ".join(sorted(rt.loader.models)) or "none"
+        raise ProtocolError(f"model {name!r} is not deployed here (serving: {known})", 404)
+    return served
+
+
+def _server_metadata() -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("mlpipe")
+    except PackageNotFoundError:
+        ours = "dev"
+    return {"name": "mlpipe", "version": ours, "extensions": ["binary_tensor_data"]}
+
+
+def _inputs_of(served: Any) -> tuple[list[str], list[str]]:
+    """(request-time features in the champion's order, entity join keys) over the primaries."""
+    features: list[str] = []
+    keys: list[str] = []
+    for plan in served.primary_versions():
+        features += [f for f in plan.model.features if f in plan.request_features]
+        if plan.spec is not None:
+            keys += list(plan.spec.join_keys)
+    return list(dict.fromkeys(features)), list(dict.fromkeys(keys))
+
+
+def model_metadata(served: Any) -> dict[str, Any]:
+    """``GET /v2/models/{name}``: versions answering now, the inputs they need, the outputs."""
+    features, keys = _inputs_of(served)
+    return {
+        "name": served.name,
+        "versions": [plan.version for plan in served.primary_versions()],
+        "platform": "mlpipe",
+        "inputs": [{"name": k, "datatype": "INT64", "shape": [-1]} for k in keys]
+        + [{"name": f, "datatype": "FP64", "shape": [-1]} for f in features],
+        "outputs": [{"name": n, "datatype": t, "shape": [-1]} for n, t in OUTPUTS.items()],
+        "parameters": {"generation": served.generation},
+    }
+
+
+def decode_request(body: bytes, header_len: int | None) -> dict[str, Any]:
+    """The JSON part of an infer request, each input's ``data`` as a flat numpy array."""
+    head, binary = (body, b"") if header_len is None else (body[:header_len], body[header_len:])
+    try:
+        request = json.loads(head)
+    except ValueError as exc:
+        raise ProtocolError(f"malformed JSON: {exc}") from exc
+    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
+        raise ProtocolError("inputs: a list of tensors is required")
+    offset = 0
+    for tensor in request["inputs"]:
+        if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+            raise ProtocolError("inputs: each tensor needs a name")
+        name, dtype, shape = tensor["name"], tensor.get("datatype"), tensor.get("shape")
+        if dtype not in _NUMPY and dtype != "BYTES":
+            raise ProtocolError(f"inputs.{name}: unsupported datatype {dtype!r}")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+            raise ProtocolError(f"inputs.{name}: shape must be a list of sizes")
+        size = (tensor.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            chunk = binary[offset : offset + int(size)]
+            if len(chunk) != int(size):
+                raise ProtocolError(f"inputs.{name}: binary data shorter than binary_data_size")
+            offset += int(size)
+            values = _from_binary(chunk, dtype)
+        elif "data" in tensor:
+            values = _from_json(tensor["data"], dtype, name)
+        else:
+            raise ProtocolError(f"inputs.{name}: neither data nor binary_data_size")
+        if values.size != int(np.prod(shape)):
+            raise ProtocolError(f"inputs.{name}: {values.size} values for shape {shape}")
+        tensor["values"] = values.reshape(shape)
+    return request
+
+
+def _from_binary(chunk: bytes, dtype: str) -> np.ndarray:
+    if dtype != "BYTES":
+        return np.frombuffer(chunk, dtype=np.dtype(_NUMPY[dtype]).newbyteorder("<"))
+    items: list[str] = []
+    pos = 0
+    while pos < len(chunk):
+        (n,) = struct.unpack_from("<I", chunk, pos)
+        items.append(chunk[pos + 4 : pos + 4 + n].decode())
+        pos += 4 + n
+    return np.array(items, dtype=object)
+
+
+def _from_json(data: Any, dtype: str, name: str) -> np.ndarray:
+    try:
+        if dtype == "BYTES":
+            return np.array(data, dtype=object).ravel()
+        return np.asarray(data, dtype=_NUMPY[dtype]).ravel()
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"inputs.{name}: data is not {dtype}: {exc}") from exc
+
+
+def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[dict[str, Any]]:
+    """One ``/predict`` body per row of the request's tensors."""
+    features, keys = _inputs_of(served)
+    columns: dict[str, np.ndarray] = {}
+    for tensor in request["inputs"]:
+        name, values = tensor["name"], tensor["values"]
+        if name == MATRIX_INPUT and values.ndim == 2 and MATRIX_INPUT not in features:
+            if values.shape[1] != len(features):
+                raise ProtocolError(
+                    f"inputs.{name}: {values.shape[1]} columns, the model takes "
+                    f"{len(features)} ({', '.join(features)})"
+                )
+            columns.update({f: values[:, j] for j, f in enumerate(features)})
+        elif name in features or name in keys:
+            if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+                raise ProtocolError(f"inputs.{name}: shape must be [N] or [N, 1]")
+            columns[name] = values.reshape(-1)
+        else:
+            raise ProtocolError(
+                f"inputs.{name}: not an input of {served.name} "
+                f"(inputs: {', '.join([*keys, *features]) or 'none'})"
+            )
+    for name in features:
+        if name in columns and not np.isfinite(columns[name].astype(np.float64)).all():
+            raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise ProtocolError("inputs: every tensor must have the same number of rows")
+    n = lengths.pop() if lengths else 0
+    if not 0 < n <= max_rows:
+        raise ProtocolError(f"inputs: between 1 and {max_rows} rows per request, got {n}")
+    request_id = request.get("id")
+    rows = []
+    for i in range(n):
+        row: dict[str, Any] = {
+            "model": served.name,
+            "entity": {k: _entity_value(columns[k][i]) for k in keys if k in columns},
+            "features": {f: float(columns[f][i]) for f in features if f in columns},
+        }
+        if isinstance(request_id, str) and request_id:
+            row["request_id"] = request_id if n == 1 else f"{request_id}-{i}"
+        rows.append(row)
+    return rows
+
+
+def _entity_value(value: Any) -> int | str:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, str):
+        return value
+    return int(value)
+
+
+def encode_response(
+    model: str, request: dict[str, Any], answers: list[dict[str, Any]]
+) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """(body, headers) of the infer response; binary tensors where the request asked."""
+    wanted = request.get("outputs")
+    names = requested_outputs(request)
+    binary_default = bool((request.get("parameters") or {}).get("binary_data_output", False))
+    binary_of = dict.fromkeys(names, binary_default)
+    for o in wanted or []:
+        binary_of[o["name"]] = bool((o.get("parameters") or {}).get("binary_data", False))
+    versions = sorted({str(a["version"]) for a in answers})
+    outputs: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name in names:
+        dtype = OUTPUTS[name]
+        values = [a[name] for a in answers]
+        tensor: dict[str, Any] = {"name": name, "datatype": dtype, "shape": [len(values)]}
+        if binary_of[name]:
+            blob = _to_binary(values, dtype)
+            tensor["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            tensor["data"] = values
+        outputs.append(tensor)
+    response: dict[str, Any] = {
+        "model_name": model,
+        "model_version": ",".join(versions),
+        "outputs": outputs,
+        "parameters": {"generation": answers[0]["generation"]},
+    }
+    if request.get("id"):
+        response["id"] = request["id"]
+    head = json.dumps(response).encode()
+    if not blobs:
+        return head, [(b"content-type", b"application/json")]
+    headers = [
+        (b"content-type", b"application/octet-stream"),
+        (b"inference-header-content-length", str(len(head)).encode()),
+    ]
+    return head + b"".join(blobs), headers
+
+
+def requested_outputs(request: dict[str, Any]) -> list[str]:
+    """The output names the request asks for (all when it names none); raises on unknown ones."""
+    wanted = request.get("outputs")
+    if not wanted:
+        return list(OUTPUTS)
+    if not isinstance(wanted, list) or not all(isinstance(o, dict) for o in wanted):
+        raise ProtocolError('outputs: a list of {"name": ...} objects')
+    names = [o.get("name") for o in wanted]
+    unknown = [n for n in names if n not in OUTPUTS]
+    if unknown:
+        raise ProtocolError(f"outputs: unknown output(s) {unknown}; known: {', '.join(OUTPUTS)}")
+    return names
+
+
+def _to_binary(values: list[Any], dtype: str) -> bytes:
+    if dtype != "BYTES":
+        return np.asarray(values, dtype=np.dtype(_NUMPY[dtype]).newbyteorder("<")).tobytes()
+    out = bytearray()
+    for v in values:
+        raw = str(v).encode()
+        out += struct.pack("<I", len(raw)) + raw
+    return bytes(out)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for k, v in scope["headers"]:
+        if k == name:
+            return v.decode("latin-1")
+    return None
+
+
+async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    declared = _header(scope, b"content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise ProtocolError(f"body over {limit} bytes", 413)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise ProtocolError(f"body over {limit} bytes", 413)
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def _reply_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    await _reply(send, status, json.dumps(body).encode(), [(b"content-type", b"application/json")])
+
+
+async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+__all__ = ["InferenceProtocol", "ProtocolError", "decode_request", "model_metadata"]
