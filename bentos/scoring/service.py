@@ -20,7 +20,6 @@ from mlpipe.config import load_settings
 from mlpipe.serving import PredictGateway, PredictRequest, ServingRuntime, set_current
 from mlpipe.serving.auth import AuthGateway
 from mlpipe.serving.oip import InferenceProtocol
-from mlpipe.serving.oip import InferenceProtocol
 from mlpipe.serving.overload import OverloadGate, saturated
 
 settings = load_settings()
@@ -66,7 +65,6 @@ class Scoring:
 
 # The first added is the outermost: keys and rate limits before the gateway parses.
 Scoring.add_asgi_middleware(AuthGateway, settings=settings)
-Scoring.add_asgi_middleware(InferenceProtocol, max_body_bytes=_s.max_body_bytes)  # /v2 → /predict
 Scoring.add_asgi_middleware(InferenceProtocol, max_body_bytes=_s.max_body_bytes)  # /v2 → /predict
 Scoring.add_asgi_middleware(
     OverloadGate,
