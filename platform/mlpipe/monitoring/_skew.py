@@ -31,11 +31,8 @@ if TYPE_CHECKING:
     from mlpipe.config import Settings
 
 EXIT_CODES = {"ok": 0, "no_data": 0, "skew": 1}
-# Defaults of the knobs read from ``settings.monitor`` (when the settings define them).
-SKEW_SAMPLE_ROWS = 1000
-SKEW_REL_TOLERANCE = 1e-6
+# Below this a difference is float noise, whatever the relative tolerance says.
 SKEW_ABS_TOLERANCE = 1e-9
-SKEW_MAX_MISMATCH_RATE = 0.01
 _EXAMPLES = 5
 _FEATURE_SERVICE_TAG = "mlpipe.feature_service"
 
@@ -95,10 +92,6 @@ class SkewVerdict:
             "skewed_features": self.skewed_features,
             "exit_code": self.exit_code,
         }
-
-
-def _knob(settings: Settings, name: str, default: float) -> Any:
-    return getattr(settings.monitor, name, default)
 
 
 def _feature_service(settings: Settings, model: str, version: str) -> str | None:
@@ -187,9 +180,9 @@ def skew(
     from mlpipe import features as feast_features
 
     current = window_ending(window, end)
-    sample_rows = int(sample or _knob(settings, "skew_sample_rows", SKEW_SAMPLE_ROWS))
-    rel_tol = float(_knob(settings, "skew_rel_tolerance", SKEW_REL_TOLERANCE))
-    max_rate = float(_knob(settings, "skew_max_mismatch_rate", SKEW_MAX_MISMATCH_RATE))
+    sample_rows = sample or settings.monitor.skew_sample_rows
+    rel_tol = settings.monitor.skew_rel_tolerance
+    max_rate = settings.monitor.skew_max_mismatch_rate
     if sync_first:
         warehouse.sync(settings, notify)
     known = warehouse.models_in_warehouse(settings, notify)
