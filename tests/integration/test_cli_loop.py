@@ -58,3 +58,40 @@ def test_init_is_idempotent_and_doctor_reports(home: Path, cli) -> None:  # type
     assert not checks["feature store"]["ok"]  # this empty home has no feature_repo/
     assert "no feature_store.yaml" in checks["feature store"]["detail"]
     assert doctor.returncode == 3
+
+
+def test_status_shows_live_figures_per_arm(registered_home: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    from mlpipe.config import load_settings
+    from mlpipe.predlog.record import ENCODER, PredictionRecord
+
+    assert cli("deploy", "fraud", "--version", "1").returncode == 0
+    assert cli("deploy", "fraud", "--version", "2", "--canary", "10").returncode == 0
+    segment = load_settings().predlog_path / "w1-1.jsonl"
+    segment.parent.mkdir(parents=True, exist_ok=True)
+    rows = [
+        PredictionRecord(
+            request_id=f"r{i}",
+            ts=time.time(),
+            tenant="default",
+            model="fraud",
+            version="2" if i % 10 == 0 else "1",
+            arm="canary" if i % 10 == 0 else "champion",
+            generation=2,
+            entity_key=f"customer_id={i}",
+            entity={"customer_id": i},
+            features={"amount": 10.0, "txn_count_7d": 3.0},
+            score=0.1,
+            label=0,
+            latency_ms=float(i),
+        )
+        for i in range(50)
+    ]
+    segment.write_bytes(b"".join(ENCODER.encode(r) + b"\n" for r in rows))
+    assert cli("warehouse", "sync").returncode == 0
+    status = json.loads(cli("status", "fraud", "--json").stdout)
+    figures = {(f["arm"], f["version"]): f for f in status["figures"]}
+    assert figures[("champion", "1")]["requests"] == 45
+    assert figures[("canary", "2")]["requests"] == 5
+    assert figures[("canary", "2")]["p99_ms"] <= 40.0

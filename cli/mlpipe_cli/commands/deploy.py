@@ -77,18 +77,42 @@ def rollback(
 
 
 def status(
-    name: str = typer.Argument(...), json_out: bool = typer.Option(False, "--json")
+    name: str = typer.Argument(...),
+    window: str = typer.Option("1h", "--window", help="Figures over this window (e.g. 1h, 24h)."),
+    json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """The deployment record of a model."""
+    """The deployment record of a model and its per-arm figures from the warehouse."""
+    from dataclasses import asdict
+
     from mlpipe import deployments
 
-    record = deployments.status(state.settings(), name)
+    settings = state.settings()
+    record = deployments.status(settings, name)
+    figures, note = _figures(settings, name, window)
     if json_out:
-        from dataclasses import asdict
-
-        console.print_json(asdict(record))
+        console.print_json({**asdict(record), "figures": [asdict(f) for f in figures]})
         return
     render_deployment(record)
+    rows = [[f.arm, f.version, f.requests, f.errors, _ms(f.p50_ms), _ms(f.p99_ms)] for f in figures]
+    title = f"last {window} (as of the last `mlpipe warehouse sync`)"
+    console.show(console.table(title, ["arm", "version", "requests", "errors", "p50", "p99"], rows))
+    if note:
+        console.status(note)
+
+
+def _figures(settings, name: str, window: str) -> tuple[list, str | None]:  # type: ignore[no-untyped-def]
+    from mlpipe import monitoring, warehouse
+    from mlpipe.errors import StoreUnavailable
+
+    start = monitoring.window_ending(window).start
+    try:
+        return warehouse.arm_figures(settings, name, start), None
+    except StoreUnavailable as exc:
+        return [], f"no live figures: {exc}"
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f} ms"
 
 
 def history(

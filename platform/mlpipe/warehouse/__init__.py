@@ -7,6 +7,7 @@ Every call opens the database only for as long as it needs it and waits
 """
 
 from mlpipe.warehouse._engine import Notify, read, write
+from mlpipe.warehouse._figures import ArmFigures, arm_figures
 from mlpipe.warehouse._outcomes import ACCEPTED_COLUMNS, OutcomesResult, load_outcomes
 from mlpipe.warehouse._read import (
     PredictionWindow,
@@ -22,6 +23,8 @@ from mlpipe.warehouse._schema import metadata
 from mlpipe.warehouse._sync import SkippedLine, SyncResult, parse_segment, sync
 
 __all__ = [
+    "ArmFigures",
+    "arm_figures",
     "ACCEPTED_COLUMNS",
     "Notify",
     "OutcomesResult",
