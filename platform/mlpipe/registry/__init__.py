@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlpipe.config import Settings
 from mlpipe.errors import IntegrityError, InvalidInput, NotFound
-from mlpipe.registry import _artifacts, _lineage
+from mlpipe.registry import _artifacts, _flavors, _lineage
 from mlpipe.registry._client import client, experiment_id, mlflow_errors
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class LoadedModel:
     threshold: float
     artifact_sha256: str
     model: Any = field(repr=False)
+    flavor: str = "sklearn"
 
     def predict_scores(self, x: np.ndarray) -> np.ndarray:
         """P(class 1) per row of ``x`` (columns in ``features`` order), vectorized."""
@@ -79,7 +80,7 @@ class LoadedModel:
     def _scorer(self) -> Any:
         scorer = self.__dict__.get("_cached_scorer")
         if scorer is None:
-            scorer = _artifacts.positive_scores(self.model)
+            scorer = _flavors.FLAVORS[self.flavor]().scorer(self.model)
             object.__setattr__(self, "_cached_scorer", scorer)
         return scorer
 
@@ -113,9 +114,29 @@ def register(
     frame = _read_dataset(dataset)
     features = _model_features(model, frame, label)
     tags = _lineage_tags(settings, dataset, feature_service, features, threshold, metrics or {})
-    tags[TAG + "skops_trusted_types"] = json.dumps(_artifacts.trusted_types_for(model, trust))
     if run_id:
         tags[TAG + "source_run"] = run_id
+    return register_model(settings, name, model, frame, features, label, tags, trust, description)
+
+
+def register_model(
+    settings: Settings,
+    name: str,
+    model: Any,
+    frame: pd.DataFrame,
+    features: list[str],
+    label: str,
+    tags: dict[str, str],
+    trust: tuple[str, ...] = (),
+    description: str | None = None,
+) -> VersionInfo:
+    """Log an in-memory ``model`` with ``tags`` (lineage already filled in) as a new version.
+
+    The flavor comes from the object (see ``_flavors``). Raises InvalidInput if
+    it is no model mlpipe registers, or its scores on the data are no probabilities.
+    """
+    flavor = _flavors.for_candidate(model)
+    tags = {**tags, TAG + "flavor": flavor.name, **flavor.registration_tags(model, trust)}
     return _log_and_register(settings, name, model, frame, features, label, tags, description)
 
 
@@ -198,15 +219,12 @@ def _log_and_register(
     description: str | None,
 ) -> VersionInfo:
     import mlflow
-    import mlflow.sklearn
     from mlflow.models import infer_signature
 
     c = client(settings)
+    flavor = _flavors.FLAVORS[tags[TAG + "flavor"]]()
     x = frame[features]
-    signature = infer_signature(
-        x.head(100), _artifacts.positive_scores(model)(x.head(100).to_numpy())
-    )
-    trusted = json.loads(tags[TAG + "skops_trusted_types"])
+    signature = infer_signature(x.head(100), _check_scores(flavor, model, x.head(100)))
     reference = frame[features].assign(label=frame[label].to_numpy())
     reference = reference.sample(min(len(reference), REFERENCE_ROWS), random_state=0)
     quiet = contextlib.redirect_stdout(io.StringIO())  # MLflow writes "View run" links
@@ -219,13 +237,7 @@ def _log_and_register(
                     if k.startswith(TAG + "metric.")
                 }
             )
-            info = mlflow.sklearn.log_model(
-                model,
-                name="model",
-                serialization_format="skops",
-                skops_trusted_types=trusted,
-                signature=signature,
-            )
+            info = flavor.log(model, signature, tags)
             ref_path = Path(tmp) / "reference.parquet"
             reference.to_parquet(ref_path, index=False)
             mlflow.log_artifact(str(ref_path), "reference")
@@ -239,6 +251,19 @@ def _log_and_register(
         if description:
             c.update_model_version(name, mv.version, description=description)
     return show(settings, f"{name}/{mv.version}")
+
+
+def _check_scores(flavor: _flavors.ModelFlavor, model: Any, x: pd.DataFrame) -> np.ndarray:
+    import numpy as np
+
+    scores = np.asarray(flavor.scorer(model)(x.to_numpy()))
+    if scores.shape != (len(x),) or not ((scores >= 0) & (scores <= 1)).all():
+        raise InvalidInput(
+            f"the {flavor.name} model must give one probability in [0, 1] per row; on the "
+            f"dataset's first rows it gave shape {scores.shape}, values {scores[:3].tolist()}"
+            " (end a torch model with a sigmoid or softmax)"
+        )
+    return scores
 
 
 def parse_ref(ref: str) -> tuple[str, str | None, str | None]:
@@ -362,8 +387,8 @@ def load_verified(settings: Settings, name: str, version: str) -> LoadedModel:
                 f"artifact of {name}/{version} hashes to {actual[:16]}…, but the registry "
                 f"records {expected[:16]}…; refusing to load it"
             )
-        trusted = json.loads(info.tags.get(TAG + "skops_trusted_types", "[]"))
-        model = _artifacts.load_skops(local / _artifacts.SKOPS_FILE, trusted)
+        flavor = _flavors.for_version(info.tags)
+        model = flavor.load(local, info.tags)
     return LoadedModel(
         name=name,
         version=str(version),
@@ -372,6 +397,7 @@ def load_verified(settings: Settings, name: str, version: str) -> LoadedModel:
         threshold=float(info.tags.get(TAG + "threshold", "0.5")),
         artifact_sha256=expected,
         model=model,
+        flavor=flavor.name,
     )
 
 
@@ -398,6 +424,7 @@ __all__ = [
     "mirror_aliases",
     "parse_ref",
     "register",
+    "register_model",
     "require_model",
     "require_version",
     "show",

@@ -24,7 +24,7 @@ SKOPS_FILE = "model.skops"
 
 
 def read_candidate(path: Path) -> Any:
-    """Load a model the user offers for registration: a pickle/joblib file or an MLflow dir.
+    """Load a model offered for registration: pickle/joblib, TorchScript, or an MLflow dir.
 
     A pickle runs code when read: registering a file means trusting whoever made
     it, as with any pickle. Raises InvalidInput if it is not a usable classifier.
@@ -33,15 +33,21 @@ def read_candidate(path: Path) -> Any:
         from mlpipe.errors import NotFound
 
         raise NotFound(f"model path {path} does not exist")
+    from mlpipe.registry import _flavors
+
     if path.is_dir():
         model = _read_mlflow_dir(path)
+    elif path.suffix in _flavors.TORCH_SUFFIXES:
+        model = _flavors.TorchFlavor().read_file(path)
     else:
         model = _read_pickle(path)
-    if not hasattr(model, "predict_proba"):
+    try:
+        _flavors.for_candidate(model)
+    except InvalidInput as exc:
         raise InvalidInput(
             f"{path} holds a {type(model).__name__}, not a classifier with predict_proba "
-            "(scikit-learn or LightGBM)"
-        )
+            "(scikit-learn or LightGBM) or a torch module"
+        ) from exc
     return model
 
 
@@ -64,7 +70,11 @@ def _read_mlflow_dir(path: Path) -> Any:
         return load_skops(skops_file, _auto_trusted(untrusted, extra=()))
     if pickle_file.exists():
         return _read_pickle(pickle_file)
-    raise InvalidInput(f"{path} is not an MLflow scikit-learn/LightGBM model directory")
+    from mlpipe.registry import _flavors
+
+    if (path / _flavors.TORCH_FILE).exists():
+        return _flavors.TorchFlavor().read_mlflow_dir(path)
+    raise InvalidInput(f"{path} is not an MLflow scikit-learn/LightGBM/PyTorch model directory")
 
 
 def _auto_trusted(untrusted: list[str], extra: tuple[str, ...]) -> list[str]:
