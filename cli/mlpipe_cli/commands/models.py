@@ -42,11 +42,23 @@ def register_version(
     metric: list[str] = typer.Option([], "--metric", help="KEY=VALUE, repeatable."),
     threshold: float = typer.Option(0.5, "--threshold", help="Score at or above → label 1."),
     trust: list[str] = typer.Option([], "--trust", help="Extra skops type to trust."),
+    quantize: str | None = typer.Option(
+        None, "--quantize", help="fp16|bf16|int8: derive a version; --dataset is the eval set."
+    ),
+    parent: str | None = typer.Option(None, "--parent", help="Version to quantize (latest)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Register a new model version with its lineage."""
+    """Register a new model version with its lineage (or a quantized version of one)."""
     from mlpipe import registry
 
+    if quantize is not None:
+        from mlpipe import quantize as quantization
+
+        info = quantization.register_quantized(
+            state.settings(), name, recipe=quantize, dataset=dataset, parent=parent, label=label
+        )
+        _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
+        return
     info = registry.register(
         state.settings(),
         name,
