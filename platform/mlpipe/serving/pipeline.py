@@ -8,6 +8,11 @@ misses, one vectorized call per version → label by the version's threshold →
 append every row to the prediction log in one write → answer. Shadow
 versions are scored afterwards on a background thread, logged with arm
 ``shadow`` and never returned.
+
+A model that raises (or returns a non-finite score) for a version group is
+retried row by row, so a poison request fails alone: it gets an error body
+(422 when the model rejected the input with a ``ValueError``, else 500), no
+log row, and the rest of the batch is answered as usual.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class _Item:
     feature_hit: bool = False
     score: float | None = None
     cache_hit: bool = False
+    error: dict[str, Any] | None = None  # set when the model could not score this request
 
 
 class ScoringPipeline:
@@ -127,9 +133,13 @@ class ScoringPipeline:
             self.metrics.batch_size.observe(len(requests))
         self._features(items)
         self._score(items)
-        records = [self._record(it, it.arm) for it in items]
+        answered = [it for it in items if it.error is None]
+        records = [self._record(it, it.arm) for it in answered]
         self.sink.append(records)
         for it in items:
+            if it.error is not None:
+                results[it.index] = {**it.error, "request_id": it.req.request_id}
+                continue
             results[it.index] = {
                 "request_id": it.req.request_id,
                 "model": it.served.name,
@@ -141,8 +151,8 @@ class ScoringPipeline:
                 "features_missing": it.missing,
                 "cache_hit": it.cache_hit,
             }
-        self._count(items)
-        shadows = [it for it in items if it.shadow is not None]
+        self._count(answered)
+        shadows = [it for it in answered if it.shadow is not None]
         if shadows:
             self._submit_shadow(shadows)
         return results
@@ -205,11 +215,38 @@ class ScoringPipeline:
                 pending[group].append((it, key))
                 plans[group] = plan
         for group, todo in pending.items():
+            model = plans[group].model
             x = np.asarray([it.vector for it, _ in todo], dtype=np.float64)
-            scores = plans[group].model.predict_scores(x)
-            for (it, key), score in zip(todo, scores.tolist(), strict=True):
-                it.score = float(score)
-                self._cache.put(key, it.score)
+            try:
+                scores = _scores_of(model, x)
+            except Exception:
+                logger.exception(
+                    "scoring %d rows of %s/%s failed; retrying row by row", len(x), *group
+                )
+                self._score_rows(todo, model)
+                continue
+            for (it, key), score in zip(todo, scores, strict=True):
+                it.score = score
+                self._cache.put(key, score)
+
+    def _score_rows(self, todo: list[tuple[_Item, tuple[Any, ...]]], model: Any) -> None:
+        """Score each row alone; a row the model cannot score gets ``error`` and no score."""
+        for it, key in todo:
+            try:
+                (score,) = _scores_of(model, np.asarray([it.vector], dtype=np.float64))
+            except Exception as exc:
+                it.error = _model_error(exc)
+                logger.warning(
+                    "request %s: %s/%s cannot score it (%s): %s",
+                    it.req.request_id,
+                    it.served.name,
+                    it.plan.version,
+                    it.error["status"],
+                    exc,
+                )
+                continue
+            it.score = score
+            self._cache.put(key, score)
 
     def _record(self, it: _Item, arm: str) -> PredictionRecord:
         plan = it.plan
@@ -284,7 +321,7 @@ class ScoringPipeline:
             ]
             self._features(shadow_items)
             self._score(shadow_items)
-            self.sink.append([self._record(it, "shadow") for it in shadow_items])
+            self.sink.append([self._record(it, "shadow") for it in shadow_items if not it.error])
             result = "scored"
         except Exception:
             logger.exception("shadow scoring failed for %d requests", len(items))
@@ -295,6 +332,39 @@ class ScoringPipeline:
         if self.metrics:
             for labels, n in Counter((it.served.name, it.shadow) for it in items).items():
                 self.metrics.shadow.labels(*labels, result).inc(n)
+
+
+class _ModelFailure(RuntimeError):
+    """The model answered, but not with one finite score per row."""
+
+
+def _scores_of(model: Any, x: np.ndarray) -> list[float]:
+    """One finite float per row of ``x``; raises whatever the model raised, or _ModelFailure."""
+    scores = np.asarray(model.predict_scores(x), dtype=np.float64).reshape(-1)
+    if scores.shape[0] != x.shape[0]:
+        raise _ModelFailure(f"{scores.shape[0]} scores for {x.shape[0]} rows")
+    if not np.isfinite(scores).all():
+        raise _ModelFailure("a non-finite score")
+    return scores.tolist()  # type: ignore[no-any-return]
+
+
+def _model_error(exc: Exception) -> dict[str, Any]:
+    """The error body of a request the model cannot score.
+
+    scikit-learn, numpy and pandas raise ValueError for an input they reject
+    (NaN, infinity, out of range), and a model wrapper that validates its
+    inputs is expected to do the same: the input is the cause, 422, with the
+    model's message. Anything else (an exception, or no finite score) is the
+    server's failure: 500, naming only the exception class (the message, which
+    may show internals, is logged).
+    """
+    if isinstance(exc, MlpipeError):
+        return error_for(exc)
+    if isinstance(exc, ValueError):
+        return error_body(f"the model rejected this input: {str(exc)[:200]}", 422, "features")
+    if isinstance(exc, _ModelFailure):
+        return error_body(f"the model returned {exc} for this input", 500)
+    return error_body(f"the model failed on this input ({type(exc).__name__})", 500)
 
 
 class OnlineFeatureFetcher:
