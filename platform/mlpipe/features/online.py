@@ -4,7 +4,9 @@ One :class:`OnlineFeatures` per serving process and FeatureService. A batch of
 entities costs one dict lookup each for cache hits and one Feast
 ``get_online_features`` call for all the misses together. Reads never raise for
 a store problem: a feature that is absent, null, older than its view's TTL, or
-unreadable is served as its default and named in ``missing``.
+unreadable is served as its default and named in ``missing``. A circuit
+breaker (:mod:`mlpipe.features.breaker`) stops calling a store that keeps
+failing, so its requests get defaults at once instead of each waiting it out.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.errors import InvalidInput
+from mlpipe.features.breaker import CircuitBreaker, store_breaker
 from mlpipe.features.store import describe_service, get_service, open_store
 
 if TYPE_CHECKING:
@@ -43,7 +46,8 @@ class OnlineStats:
 
     hits: int
     misses: int
-    store_errors: int
+    store_errors: int  # entity reads the store failed
+    short_circuited: int  # entity reads not sent to the store because the breaker was open
     missing_by_feature: dict[str, int]
     cached: int
 
@@ -54,6 +58,7 @@ class OnlineFeatures:
     ``cache_ttl_s`` and ``cache_size`` default to ``settings.serving``'s
     ``feature_cache_ttl_s`` and ``feature_cache_size``; a size or TTL of 0 turns
     the cache off. A cached row never outlives the TTL of the features in it.
+    ``breaker`` defaults to :func:`~mlpipe.features.breaker.store_breaker`.
     Construction reads the registry and raises :class:`~mlpipe.errors.NotFound`
     for an unknown service; reads raise only :class:`InvalidInput` for an
     entity without its join keys.
@@ -65,6 +70,7 @@ class OnlineFeatures:
         service: str,
         cache_ttl_s: float | None = None,
         cache_size: int | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.spec: FeatureServiceSpec = describe_service(settings, service)
         self._store = open_store(settings)
@@ -85,6 +91,8 @@ class OnlineFeatures:
         self._hits = 0
         self._misses = 0
         self._store_errors = 0
+        self._short_circuited = 0
+        self._breaker = breaker or store_breaker(settings, service)
         self._missing_by_feature = dict.fromkeys(self.spec.features, 0)
 
     def get(self, entity: dict[str, Any]) -> FeatureRow:
@@ -125,6 +133,7 @@ class OnlineFeatures:
             hits=self._hits,
             misses=self._misses,
             store_errors=self._store_errors,
+            short_circuited=self._short_circuited,
             missing_by_feature=dict(self._missing_by_feature),
             cached=len(self._cache),
         )
@@ -146,6 +155,10 @@ class OnlineFeatures:
 
     def _fetch(self, keys: list[_Key]) -> list[tuple[dict[str, float], tuple[str, ...]]]:
         with self._lock:
+            if not self._breaker.allow():
+                self._short_circuited += len(keys)
+                return [(self._defaults, self._all_missing)] * len(keys)
+            started = time.monotonic()
             try:
                 self._check_online_file()
                 response = self._store.get_online_features(
@@ -154,9 +167,11 @@ class OnlineFeatures:
                 )
                 rows = self._parse(response.proto, len(keys))
             except Exception:  # a broken store must not fail the request: serve defaults
+                self._breaker.record(ok=False)
                 self._store_errors += len(keys)
                 self._reset_online_connection()
                 return [(self._defaults, self._all_missing)] * len(keys)
+            self._breaker.record(ok=True, elapsed_s=time.monotonic() - started)
             if self._cache_ttl > 0 and self._cache_size > 0:
                 now = time.monotonic()
                 for key, (values, missing, fresh_for) in zip(keys, rows, strict=True):
