@@ -7,6 +7,7 @@ when the online store disappears.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -71,3 +72,12 @@ def test_feature_store_gone_serves_defaults_and_counts_them(demo_run) -> None:  
         assert "txn_count_7d" in missing and "amount" not in missing
         metrics = httpx.get(f"{server.url}/metrics", timeout=30).text
         assert 'mlpipe_features_missing_total{feature="txn_count_7d",model="fraud"}' in metrics
+        # a few more failed reads open the breaker: defaults at once, without calling Feast
+        for cid in range(9, 13):
+            body["entity"]["customer_id"] = cid
+            r = httpx.post(f"{server.url}/predict", json=body, timeout=30)
+            assert r.status_code == 200 and "txn_count_7d" in r.json()["features_missing"]
+        metrics = httpx.get(f"{server.url}/metrics", timeout=30).text
+        assert re.search(
+            r'^mlpipe_feature_store_breaker_open\{service="\w+"\} 1\.0$', metrics, re.M
+        )
