@@ -15,6 +15,11 @@ Every error body is ``{"error": ..., "status": ..., "field": ...}``; statuses
 come from :mod:`mlpipe.errors` in :func:`mlpipe.serving.pipeline.error_for`, the
 one place that maps them. A rejected request never reaches the pipeline, so it
 leaves no log row.
+
+BentoML's OpenAPI document (``/docs.json``) describes the batch it sees, a list
+of requests; the gateway rewrites the ``/predict`` operation in it to the
+one-object contract clients actually use, so clients and fuzzers generated
+from the document send what the service accepts.
 """
 
 from __future__ import annotations
@@ -29,7 +34,12 @@ from pydantic import ValidationError
 from mlpipe.errors import MlpipeError
 from mlpipe.serving import runtime as _runtime
 from mlpipe.serving.pipeline import error_for, new_request_id
-from mlpipe.serving.schema import PredictRequest, describe_validation_error, error_body
+from mlpipe.serving.schema import (
+    PredictRequest,
+    PredictResponse,
+    describe_validation_error,
+    error_body,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -38,6 +48,27 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
+_DOCS = "/docs.json"
+_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "status"],
+    "properties": {
+        "error": {"type": "string"},
+        "status": {"type": "integer"},
+        "field": {"type": "string"},
+        "request_id": {"type": "string"},
+    },
+}
+_ERRORS = {
+    "400": "Malformed JSON",
+    "401": "Missing or invalid API key",
+    "404": "Model not deployed here",
+    "413": "Body over the limit",
+    "422": "Invalid request, or an input the model rejects",
+    "429": "Tenant over its rate limit (Retry-After)",
+    "500": "The model failed on this request",
+    "503": "Not ready or overloaded (Retry-After)",
+}
 
 
 class PredictGateway:
@@ -49,6 +80,9 @@ class PredictGateway:
         self.path = path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == _DOCS and scope["method"] == "GET":
+            await self._docs(scope, receive, send)
+            return
         if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
@@ -158,6 +192,51 @@ class PredictGateway:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
+    async def _docs(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass ``/docs.json`` through with the ``/predict`` operation rewritten."""
+        start: Message = {}
+        chunks: list[bytes] = []
+
+        async def capture(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = b"".join(chunks)
+            if start.get("status") == 200:
+                body = json.dumps(self._one_object_contract(json.loads(body))).encode()
+            headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+        await self.app(scope, receive, capture)
+
+    def _one_object_contract(self, doc: dict[str, Any]) -> dict[str, Any]:
+        operation = doc.get("paths", {}).get(self.path, {}).get("post")
+        if operation is None:
+            return doc
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        ref = "#/components/schemas/{model}"
+        schemas.setdefault("PredictRequest", PredictRequest.model_json_schema(ref_template=ref))
+        schemas["PredictResponse"] = PredictResponse.model_json_schema(ref_template=ref)
+        schemas["ErrorBody"] = _ERROR_SCHEMA
+        operation["requestBody"] = {"required": True, "content": _json_of("PredictRequest")}
+        operation["responses"] = {
+            "200": {"description": "The prediction", "content": _json_of("PredictResponse")},
+            **{
+                code: {"description": text, "content": _json_of("ErrorBody")}
+                for code, text in _ERRORS.items()
+            },
+        }
+        return doc
+
     async def _reply(self, send: Send, rt: Any, body: dict[str, Any]) -> None:
         status = body["status"]
         if rt is not None:
@@ -166,6 +245,10 @@ class PredictGateway:
         headers = [*_JSON, (b"content-length", str(len(data)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def _json_of(schema: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
 
 
 __all__ = ["PredictGateway"]
