@@ -1,0 +1,133 @@
+"""Issue-6 acceptance: schemathesis against the running service's own OpenAPI document.
+
+One real server (one worker) with one tenant. Every operation in
+``/docs.json`` gets generated cases, valid (positive) and invalid (negative),
+sent with the tenant's key: no case may get a 5xx, and every 4xx must carry a
+JSON error body. The whole run is bounded by ``BUDGET_S``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import _free_port, _train
+
+pytestmark = pytest.mark.e2e
+
+CASES_PER_MODE = 300  # per operation and generation mode (fewer where the space is smaller)
+BUDGET_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    from mlpipe import deployments, registry, security
+    from mlpipe.config import load_settings
+    from mlpipe.serving.server import ScoringProcess
+
+    home = tmp_path_factory.mktemp("mlpipe-fuzz")
+    settings = load_settings(home=home)
+    data = _train(home, 1)
+    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
+    deployments.deploy(settings, "fraud", info.version)
+    _, key = security.add_tenant(settings, "fuzzer", rate=100_000, burst=100_000)
+    server = ScoringProcess(settings, port=_free_port(), workers=1, log_path=home / "server.log")
+    with server:
+        yield SimpleNamespace(url=server.url, key=key, log=home / "server.log")
+
+
+def _is_json_error(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and bool(data.get("error") or data.get("detail"))
+
+
+def _aim_at_the_model(case: Any, statuses: Counter[tuple[str, int]]) -> None:
+    """Every other valid /predict case names the served model and carries its inputs,
+    with generated values, so scoring itself is fuzzed, not only validation."""
+    if sum(statuses.values()) % 2 or not isinstance(case.body, dict):
+        return
+    given_features = dict(case.body.get("features") or {})
+    values = [*given_features.values(), 0.0, 0.0]
+    features = {"amount": values[0], "n_items": values[1], **given_features}
+    case.body = {**case.body, "model": "fraud", "features": features}
+
+
+def _fuzz(op: Any, mode: Any, check: Callable[[Any, Any], None]) -> None:
+    """Send up to CASES_PER_MODE cases of one operation (no shrinking: a failure is recorded)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis.errors import Unsatisfiable
+
+    @given(case=op.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=CASES_PER_MODE,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    def run(case: Any) -> None:
+        check(case, mode)
+
+    try:
+        run()
+    except Unsatisfiable:  # nothing to make invalid (an operation without inputs)
+        assert mode.value == "negative", f"no valid case for {op.label}"
+
+
+def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
+    import requests
+    import schemathesis
+    from schemathesis import GenerationMode
+
+    auth = {"Authorization": f"Bearer {served.key}"}
+    doc = httpx.get(f"{served.url}/docs.json", headers=auth, timeout=30)
+    assert doc.status_code == 200, doc.text
+    schema = schemathesis.openapi.from_dict(doc.json())
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert any(op.path == "/predict" for op in operations)
+
+    deadline = time.monotonic() + BUDGET_S
+    statuses: Counter[tuple[str, int]] = Counter()
+    problems: list[str] = []
+    session = requests.Session()
+
+    def check(case: Any, mode: GenerationMode) -> None:
+        if time.monotonic() > deadline:
+            return
+        if case.operation.path == "/predict" and mode.value == "positive":
+            _aim_at_the_model(case, statuses)
+        resp = case.call(base_url=served.url, session=session, headers=auth, timeout=15)
+        label = case.operation.label
+        statuses[(label, resp.status_code)] += 1
+        bad = resp.status_code >= 500 or (
+            resp.status_code >= 400 and not _is_json_error(resp.content)
+        )
+        if bad and len(problems) < 20:
+            problems.append(
+                f"{label} [{mode.value}] → {resp.status_code} {resp.content[:200]!r}\n"
+                f"    {case.as_curl_command(headers=auth)}"
+            )
+
+    for op in operations:
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            _fuzz(op, mode, check)
+
+    total = sum(statuses.values())
+    summary = "\n".join(
+        f"  {label} {status}: {n}" for (label, status), n in sorted(statuses.items())
+    )
+    assert not problems, "\n".join(problems) + f"\n{summary}"
+    assert total >= 500, summary
+    assert statuses[("POST /predict", 200)] >= 50, summary  # the document describes the contract
+    assert {label for label, _ in statuses} == {op.label for op in operations}
