@@ -10,6 +10,7 @@ environment (``MLPIPE_HOME``, ``MLPIPE_PROFILE``, ``MLPIPE_SERVING__*``), which
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from typing import Any
@@ -62,6 +63,13 @@ class Scoring:
         set_current(None)
         self.runtime.close()
 
+
+# BentoML parses a root (positional-only) input by rebuilding its JSON schema, a new
+# TypeAdapter and all, on every request: half a worker's CPU under load (bench/README.md).
+# The schema never changes, so compute it once per set of arguments (a shallow copy out).
+_input = Scoring.apis["predict"].input_spec
+_schema = functools.cache(_input.model_json_schema)
+_input.model_json_schema = staticmethod(lambda *a, **k: dict(_schema(*a, **k)))
 
 # The first added is the outermost: keys and rate limits before the gateway parses.
 Scoring.add_asgi_middleware(AuthGateway, settings=settings)
