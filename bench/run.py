@@ -63,8 +63,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     a.concurrency = [
         int(c) for c in (a.concurrency or ("32" if a.quick else "1,8,32,128")).split(",")
     ]
-    a.duration = a.duration or (3.0 if a.quick else 10.0)
-    a.warmup = a.warmup if a.warmup is not None else (1.5 if a.quick else 3.0)
+    a.duration = a.duration or (2.0 if a.quick else 10.0)
+    a.warmup = a.warmup if a.warmup is not None else (1.0 if a.quick else 3.0)
     a.open = [x for x in (a.open or ("0.8" if a.quick else "0.8,1.5")).split(",") if x]
     a.systems = [s for s in a.systems.split(",") if s]
     unknown = set(a.systems) - set(SYSTEMS)
