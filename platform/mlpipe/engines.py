@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.exc import OperationalError
 
 from mlpipe.errors import StoreUnavailable
@@ -50,14 +50,22 @@ def transaction(url: str) -> Iterator[Connection]:
         with engine_for(url).begin() as conn:
             yield conn
     except OperationalError as exc:
-        raise StoreUnavailable(f"control plane {_redact(url)} unavailable: {exc.orig}") from exc
+        raise StoreUnavailable(f"control plane {redact(url)} unavailable: {exc.orig}") from exc
 
 
-def _redact(url: str) -> str:
+def create_tables(url: str, metadata: MetaData) -> None:
+    """Create the tables of ``metadata`` that do not exist yet; StoreUnavailable if unreachable."""
+    try:
+        metadata.create_all(engine_for(url))
+    except OperationalError as exc:
+        raise StoreUnavailable(f"control plane {redact(url)} unavailable: {exc.orig}") from exc
+
+
+def redact(url: str) -> str:
     """Hide a password in a URL before it reaches a message."""
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
 
 
-__all__ = ["engine_for", "transaction"]
+__all__ = ["create_tables", "engine_for", "redact", "transaction"]

@@ -26,11 +26,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
-from sqlalchemy.exc import OperationalError
 
 from mlpipe.deployments.record import Deployment, HistoryEntry
-from mlpipe.engines import engine_for, transaction
-from mlpipe.errors import Conflict, StoreUnavailable
+from mlpipe.engines import create_tables, transaction
+from mlpipe.errors import Conflict
 
 metadata = MetaData()
 
@@ -73,10 +72,7 @@ class ControlPlane:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        try:
-            metadata.create_all(engine_for(url))
-        except OperationalError as exc:
-            raise StoreUnavailable(f"control plane unavailable: {exc.orig}") from exc
+        create_tables(url, metadata)
 
     def get(self, model: str) -> Deployment | None:
         with transaction(self.url) as conn:

@@ -29,10 +29,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
-from sqlalchemy.exc import OperationalError
 
-from mlpipe.engines import engine_for, transaction
-from mlpipe.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from mlpipe.engines import create_tables, transaction
+from mlpipe.errors import Conflict, InvalidInput, NotFound
 
 metadata = MetaData()
 
@@ -108,10 +107,7 @@ class TenantStore:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        try:
-            metadata.create_all(engine_for(url))
-        except OperationalError as exc:
-            raise StoreUnavailable(f"control plane unavailable: {exc.orig}") from exc
+        create_tables(url, metadata)
 
     def add(self, name: str, *, rate: float, burst: int, actor: str) -> tuple[Tenant, str]:
         """Create a tenant; returns it and its API key (the only time the key exists in clear).

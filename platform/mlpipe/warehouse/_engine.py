@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from mlpipe.engines import redact
 from mlpipe.errors import StoreUnavailable
 from mlpipe.warehouse import _schema
 
@@ -59,10 +60,6 @@ def _engine(url: str, read_only: bool) -> Engine:
                 connect_args = {"read_only": True, "config": {"enable_external_access": False}}
         _engines[key] = sa.create_engine(url, poolclass=NullPool, connect_args=connect_args)
     return _engines[key]
-
-
-def redact(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
 
 
 @contextmanager
