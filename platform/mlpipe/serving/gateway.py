@@ -155,23 +155,10 @@ class PredictGateway:
             sent = True
             return {"type": "http.request", "body": payload, "more_body": False}
 
-        start: Message = {}
-        chunks: list[bytes] = []
+        async def finish(start: Message, body: bytes) -> None:
+            await self._unwrap(send, rt, req, start, body, started)
 
-        async def capture(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start":
-                start = message
-                return
-            if message["type"] != "http.response.body":
-                await send(message)
-                return
-            chunks.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            await self._unwrap(send, rt, req, start, b"".join(chunks), started)
-
-        await self.app(inner_scope, receive, capture)
+        await self.app(inner_scope, receive, _buffered(send, finish))
 
     async def _unwrap(
         self, send: Send, rt: Any, req: PredictRequest, start: Message, body: bytes, started: float
@@ -194,21 +181,8 @@ class PredictGateway:
 
     async def _docs(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass ``/docs.json`` through with the ``/predict`` operation rewritten."""
-        start: Message = {}
-        chunks: list[bytes] = []
 
-        async def capture(message: Message) -> None:
-            nonlocal start
-            if message["type"] == "http.response.start":
-                start = message
-                return
-            if message["type"] != "http.response.body":
-                await send(message)
-                return
-            chunks.append(message.get("body", b""))
-            if message.get("more_body", False):
-                return
-            body = b"".join(chunks)
+        async def finish(start: Message, body: bytes) -> None:
             if start.get("status") == 200:
                 body = json.dumps(self._one_object_contract(json.loads(body))).encode()
             headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
@@ -216,7 +190,7 @@ class PredictGateway:
             await send({**start, "headers": headers})
             await send({"type": "http.response.body", "body": body, "more_body": False})
 
-        await self.app(scope, receive, capture)
+        await self.app(scope, receive, _buffered(send, finish))
 
     def _one_object_contract(self, doc: dict[str, Any]) -> dict[str, Any]:
         operation = doc.get("paths", {}).get(self.path, {}).get("post")
@@ -249,6 +223,26 @@ class PredictGateway:
 
 def _json_of(schema: str) -> dict[str, Any]:
     return {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
+
+
+def _buffered(send: Send, finish: Callable[[Message, bytes], Awaitable[None]]) -> Send:
+    """An ASGI ``send`` that holds the response back and hands (start, whole body) to ``finish``."""
+    start: Message = {}
+    chunks: list[bytes] = []
+
+    async def capture(message: Message) -> None:
+        nonlocal start
+        if message["type"] == "http.response.start":
+            start = message
+            return
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            await finish(start, b"".join(chunks))
+
+    return capture
 
 
 __all__ = ["PredictGateway"]
