@@ -41,6 +41,10 @@ class ServingSettings(_Section):
 
 
 class PredlogSettings(_Section):
+    sink: Literal["file", "kafka"] = "file"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_topic: str = "mlpipe-predictions"
+    kafka_timeout_s: float = Field(5.0, gt=0)
     fsync_interval_s: float = Field(0.2, ge=0)
     segment_max_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     segment_max_age_s: float = Field(300.0, gt=0)

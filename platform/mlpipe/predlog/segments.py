@@ -155,9 +155,13 @@ class SegmentWriter:
                 logger.exception("prediction log: background fsync/roll failed")
 
 
-def open_sink(settings: Settings, worker_id: str) -> SegmentWriter:
-    """The configured sink for this worker (segment files under ``settings.predlog_path``)."""
+def open_sink(settings: Settings, worker_id: str) -> PredictionSink:
+    """The configured sink for this worker: segment files (default) or Kafka."""
     p = settings.predlog
+    if p.sink == "kafka":
+        from mlpipe.predlog.kafka import KafkaSink
+
+        return KafkaSink(p.kafka_bootstrap, p.kafka_topic, worker_id, p.kafka_timeout_s)
     return SegmentWriter(
         settings.predlog_path,
         worker_id,
