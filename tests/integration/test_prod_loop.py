@@ -71,19 +71,19 @@ def test_whole_loop_on_postgres_redis_and_an_mlflow_server(
             registry.register(settings, "fraud", dataset=data_path, model_path=model_path)
         deployments.deploy(settings, "fraud", "1")
         canary = deployments.deploy(settings, "fraud", "2", canary=50)
-        env = {"MLPIPE_SERVING__RELOAD_INTERVAL_S": "0.5", "MLPIPE_SERVING__MAX_LATENCY_MS": "200"}
+        env = {"MLPIPE_SERVING__RELOAD_INTERVAL_S": "0.5"}
         with ScoringProcess(settings, port=free_port(), env=env) as scoring:
             seen = traffic.send(scoring.url, _bodies(200, 1), concurrency=8)
-            assert seen.ok == 200 and seen.generations == {canary.generation}
+            assert seen.ok == 200 and seen.generations == {canary.generation}, seen.errors
             assert seen.by_arm["canary"] > 40 and seen.by_arm["champion"] > 40
             promoted = deployments.promote(settings, "fraud")
             traffic.wait_for_generation(scoring.url, _bodies(1, 9)[0], promoted.generation)
             after_promote = traffic.send(scoring.url, _bodies(100, 2), concurrency=8)
-            assert dict(after_promote.by_version) == {"2": 100}
+            assert dict(after_promote.by_version) == {"2": 100}, after_promote.errors
             rolled = deployments.rollback(settings, "fraud")
             traffic.wait_for_generation(scoring.url, _bodies(1, 9)[0], rolled.generation)
             after_rollback = traffic.send(scoring.url, _bodies(100, 3), concurrency=8)
-            assert dict(after_rollback.by_version) == {"1": 100}
+            assert dict(after_rollback.by_version) == {"1": 100}, after_rollback.errors
         synced = warehouse.sync(settings)
         assert synced.rows_loaded >= 400
         verdict = monitoring.drift(settings, "fraud", window="1h", sync_first=False)
