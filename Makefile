@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint docs bench bench-quick clean
+.PHONY: install demo test audit lint docs bench bench-quick clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ docs: install
 # servers starting, so two files in flight halve the wall time on two cores.
 test: install lint docs
 	$(BIN)/pytest -n 2 --dist loadfile
+
+# pip-audit over constraints.txt (.ci/audit says SKIPPED where PyPI's JSON API is unreachable).
+audit: install
+	bash .ci/audit
 
 # Benchmarks (bench/README.md). Both start servers on loopback and stop them
 # (process groups) on exit or failure; neither asserts a timing.
