@@ -38,6 +38,9 @@ class ServingSettings(_Section):
     prediction_cache_size: int = Field(100_000, ge=0)
     reload_interval_s: float = Field(1.0, gt=0)
     max_body_bytes: int = Field(64 * 1024, ge=1024)
+    # A request not answered this long after it arrived gets 504 (and is logged as a
+    # timeout, never as an answer); the body must also arrive within it (else 408).
+    request_timeout_s: float = Field(10.0, gt=0)
 
 
 class PredlogSettings(_Section):
@@ -48,6 +51,9 @@ class PredlogSettings(_Section):
     fsync_interval_s: float = Field(0.2, ge=0)
     segment_max_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     segment_max_age_s: float = Field(300.0, gt=0)
+    # A failed log write (disk full): refuse the batch with 503 (closed), or answer and
+    # count the lost rows (open). Either way it is logged and in /metrics.
+    on_write_error: Literal["fail_closed", "fail_open"] = "fail_closed"
 
 
 class MonitorSettings(_Section):
