@@ -191,3 +191,14 @@ def test_bulk_load_rate(settings):
     assert result.rows_loaded == n
     # The target is 200k rows/s on an idle machine; CI boxes are shared, so only a floor here.
     assert rate > 30_000, rate
+
+
+def test_timed_out_requests_load_with_their_status(settings):
+    import msgspec
+
+    rows = _records(3, "t")
+    rows[1] = msgspec.structs.replace(rows[1], status="timeout")
+    _write(settings.predlog_path / "seg-1.jsonl", rows)
+    assert warehouse.sync(settings).rows_loaded == 3
+    found = warehouse.query(settings, "SELECT request_id, status FROM predictions ORDER BY 1")
+    assert found.rows == [("t0", "ok"), ("t1", "timeout"), ("t2", "ok")]

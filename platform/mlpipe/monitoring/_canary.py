@@ -70,7 +70,7 @@ def _arm_figures(rows: pd.DataFrame) -> dict[str, float]:
     labelled = rows[rows["outcome"].notna()]
     return {
         "requests": n,
-        "error_rate": float((rows["status"] == "error").mean()) if n else math.nan,
+        "error_rate": float((rows["status"] != "ok").mean()) if n else math.nan,
         "p50_ms": float(latency.quantile(0.5)) if n else math.nan,
         "p99_ms": float(latency.quantile(0.99)) if n else math.nan,
         "labelled": len(labelled),

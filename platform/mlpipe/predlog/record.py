@@ -30,7 +30,7 @@ class PredictionRecord(msgspec.Struct, frozen=True, omit_defaults=False):
     feature_cache_hit: bool = False
     prediction_cache_hit: bool = False
     features_missing: list[str] = msgspec.field(default_factory=list)
-    status: Literal["ok", "error"] = "ok"
+    status: Literal["ok", "error", "timeout"] = "ok"  # timeout: answered 504, not scored in time
 
 
 ENCODER = msgspec.json.Encoder()

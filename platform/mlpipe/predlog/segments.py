@@ -90,10 +90,11 @@ class SegmentWriter:
             if self._fd is None:
                 self._open()
             assert self._fd is not None
-            view = memoryview(buf)
-            while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+            try:
+                _write_all(self._fd, buf)
+            except OSError:
+                self._undo_partial_write()
+                raise
             self._size += len(buf)
             if self.fsync_interval_s == 0:
                 os.fsync(self._fd)
@@ -141,6 +142,13 @@ class SegmentWriter:
         os.replace(self._path, closed)
         self._fd, self._path = None, None
 
+    def _undo_partial_write(self) -> None:
+        """Cut a half-written append (ENOSPC mid-write) so the segment ends on a whole line."""
+        try:
+            os.ftruncate(self._fd, self._size)  # type: ignore[arg-type]
+        except OSError:
+            logger.exception("prediction log: cannot truncate %s after a failed write", self._path)
+
     def _background(self, tick: float) -> None:
         while not self._stop.wait(tick):
             try:
@@ -153,6 +161,13 @@ class SegmentWriter:
                         self._roll()
             except OSError:
                 logger.exception("prediction log: background fsync/roll failed")
+
+
+def _write_all(fd: int, buf: bytes) -> None:
+    view = memoryview(buf)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def open_sink(settings: Settings, worker_id: str) -> PredictionSink:

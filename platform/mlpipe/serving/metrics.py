@@ -26,6 +26,7 @@ class ServingMetrics:
     shadow: Any  # Counter{model, version, result=scored|dropped|failed}
     reloads: Any  # Counter{model, result=loaded|refused}
     batch_size: Any  # Histogram, requests per pipeline batch
+    predlog_errors: Any  # Counter{policy}, rows the prediction log failed to write
 
 
 _lock = threading.Lock()
@@ -95,6 +96,12 @@ def serving_metrics(registry: Any = None) -> ServingMetrics:
                 "mlpipe_pipeline_batch_size",
                 "Requests per pipeline batch",
                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                registry=reg,
+            ),
+            predlog_errors=Counter(
+                "mlpipe_predlog_write_errors",
+                "Prediction-log rows whose write failed (policy: fail_closed refused them)",
+                ["policy"],
                 registry=reg,
             ),
         )

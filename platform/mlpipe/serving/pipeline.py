@@ -13,6 +13,12 @@ A model that raises (or returns a non-finite score) for a version group is
 retried row by row, so a poison request fails alone: it gets an error body
 (422 when the model rejected the input with a ``ValueError``, else 500), no
 log row, and the rest of the batch is answered as usual.
+
+A request still unanswered ``serving.request_timeout_s`` after it arrived
+(it queued too long) gets 504 and is logged with status ``timeout``, never as
+an answer. When the log write fails (disk full), ``predlog.on_write_error``
+decides: ``fail_closed`` answers the batch with 503, ``fail_open`` answers it
+and counts the lost rows; both are logged and counted in ``/metrics``.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ class _Item:
     score: float | None = None
     cache_hit: bool = False
     error: dict[str, Any] | None = None  # set when the model could not score this request
+    status: str = "ok"  # the log row's status: "ok", or "timeout" for a 504
 
 
 class ScoringPipeline:
@@ -92,6 +99,8 @@ class ScoringPipeline:
         self._shadow_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-shadow")
         self._shadow_backlog = 0
         self._shadow_lock = Lock()
+        self._timeout_ns = int(settings.serving.request_timeout_s * 1e9)
+        self._log_failures = _FailureLog(settings.predlog.on_write_error)
 
     # -- validation (the gateway calls this before a request joins a batch) --
 
@@ -133,9 +142,9 @@ class ScoringPipeline:
             self.metrics.batch_size.observe(len(requests))
         self._features(items)
         self._score(items)
+        self._expire(items)
+        self._append(items)
         answered = [it for it in items if it.error is None]
-        records = [self._record(it, it.arm) for it in answered]
-        self.sink.append(records)
         for it in items:
             if it.error is not None:
                 results[it.index] = {**it.error, "request_id": it.req.request_id}
@@ -159,6 +168,32 @@ class ScoringPipeline:
 
     def close(self) -> None:
         self._shadow_pool.shutdown(wait=True)
+
+    # -- the log, and what must not be answered --
+
+    def _expire(self, items: Sequence[_Item]) -> None:
+        """504 for every scored request that has outlived ``serving.request_timeout_s``."""
+        now = time.time_ns()
+        for it in items:
+            received = it.req.received_ns
+            if it.error is None and received and now - received > self._timeout_ns:
+                limit = self.settings.serving.request_timeout_s
+                it.error = error_body(f"request timed out: not answered within {limit:g} s", 504)
+                it.status = "timeout"
+
+    def _append(self, items: Sequence[_Item]) -> None:
+        """Log answered and timed-out requests in one write; apply the write-error policy."""
+        logged = [it for it in items if it.error is None or it.status == "timeout"]
+        try:
+            self.sink.append([self._record(it, it.arm) for it in logged])
+        except Exception as exc:
+            refusal = self._log_failures.record(exc, len(logged))
+            if self.metrics:
+                self.metrics.predlog_errors.labels(self._log_failures.policy).inc(len(logged))
+            if refusal is not None:
+                for it in logged:
+                    if it.error is None:
+                        it.error = refusal
 
     # -- stages --
 
@@ -281,6 +316,7 @@ class ScoringPipeline:
             feature_cache_hit=it.feature_hit,
             prediction_cache_hit=it.cache_hit,
             features_missing=list(it.missing or ()),
+            status=it.status,  # type: ignore[arg-type]
         )
 
     def _count(self, items: Sequence[_Item]) -> None:
@@ -332,6 +368,39 @@ class ScoringPipeline:
         if self.metrics:
             for labels, n in Counter((it.served.name, it.shadow) for it in items).items():
                 self.metrics.shadow.labels(*labels, result).inc(n)
+
+
+class _FailureLog:
+    """The prediction-log write-error policy, and its log lines (at most one per 10 s)."""
+
+    EVERY_S = 10.0
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+        self._lock = Lock()
+        self._last = -math.inf
+        self._lost = 0
+
+    def record(self, exc: Exception, rows: int) -> dict[str, Any] | None:
+        """Log the failure; the error body to answer with (fail_closed), or None (fail_open)."""
+        with self._lock:
+            self._lost += rows
+            now = time.monotonic()
+            if now - self._last >= self.EVERY_S:
+                what = "refusing requests (503)" if self.policy == "fail_closed" else "answering"
+                logger.error(
+                    "prediction log write failed (%s: %s); predlog.on_write_error=%s: %s; "
+                    "%d rows not logged since the last report",
+                    type(exc).__name__,
+                    exc,
+                    self.policy,
+                    what,
+                    self._lost,
+                )
+                self._last, self._lost = now, 0
+        if self.policy == "fail_open":
+            return None
+        return error_body(f"prediction log unavailable ({type(exc).__name__}); not answered", 503)
 
 
 class _ModelFailure(RuntimeError):

@@ -227,7 +227,7 @@ def _read_closed(paths: list[Path], root: Path, now: datetime) -> tuple[pa.Table
             FROM read_json($files, format = 'newline_delimited', columns = {_JSON_COLUMNS},
                            ignore_errors = true, filename = true)
             WHERE {valid} AND arm IN ('champion', 'canary', 'shadow')
-              AND coalesce(status, 'ok') IN ('ok', 'error')
+              AND coalesce(status, 'ok') IN ('ok', 'error', 'timeout')
               AND json_type(features) = 'OBJECT' AND json_type(entity) = 'OBJECT'
             """,
             params={"files": [p.as_posix() for p in paths], "now": now},
