@@ -70,18 +70,27 @@ class Router:
             shadow_sample=deployment.shadow_sample if deployment.shadow else 0.0,
         )
 
-    def route(self, key: str) -> Decision:
-        """Route an entity key (or, lacking one, the request id)."""
+    def route(self, key: str, pin: PrimaryArm | None = None) -> Decision:
+        """Route an entity key (or, lacking one, the request id).
+
+        ``pin`` (a tenant's pinned arm) overrides the split: ``"canary"`` gets the
+        canary whenever one is deployed, ``"champion"`` never does. Shadow
+        sampling is the same either way.
+        """
         arm: PrimaryArm = "champion"
         version = self.champion
-        if self.canary is not None and self.canary_weight > 0:
-            if bucket(key, f"{self.model}:canary:{self.canary}") < self.canary_weight:
-                arm, version = "canary", self.canary
+        if self.canary is not None and (pin == "canary" or (pin is None and self._on_canary(key))):
+            arm, version = "canary", self.canary
         shadow = None
         if self.shadow is not None and self.shadow_sample > 0:
             if bucket(key, f"{self.model}:shadow:{self.shadow}") < self.shadow_sample:
                 shadow = self.shadow
         return Decision(arm, version, shadow)
+
+    def _on_canary(self, key: str) -> bool:
+        if self.canary_weight <= 0:
+            return False
+        return bucket(key, f"{self.model}:canary:{self.canary}") < self.canary_weight
 
 
 __all__ = ["Decision", "PrimaryArm", "Router", "bucket", "entity_key"]

@@ -90,3 +90,15 @@ def test_decision_is_fast() -> None:
         r.route(k)
     per_call_us = (time.perf_counter() - t0) / n * 1e6
     assert per_call_us < 20
+
+
+def test_a_pin_overrides_the_split_but_not_the_shadow_sample() -> None:
+    r = Router("fraud", champion="1", canary="2", canary_weight=20, shadow="3", shadow_sample=50)
+    assert {r.route(k, "canary").version for k in KEYS[:500]} == {"2"}
+    assert {r.route(k, "champion").version for k in KEYS[:500]} == {"1"}
+    assert [r.route(k, "canary").shadow for k in KEYS[:500]] == [
+        r.route(k).shadow for k in KEYS[:500]
+    ]
+    # no canary deployed: a canary-pinned tenant gets the champion
+    alone = Router("fraud", champion="1")
+    assert alone.route("customer_id=1", "canary") == alone.route("customer_id=1")

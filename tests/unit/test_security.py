@@ -247,3 +247,56 @@ def test_per_tenant_counters(settings: Any) -> None:
     assert m.tenant_requests.labels("acme", "allowed")._value.get() == 1
     assert m.tenant_requests.labels("acme", "throttled")._value.get() == 2
     assert m.auth_rejected._value.get() == 1
+
+
+# -- pinning --
+
+
+def test_a_pinned_tenant_gets_its_arm_and_the_pin_reaches_the_gateway(settings: Any) -> None:
+    from mlpipe.security import pin_tenant
+
+    _, key = add_tenant(settings, "acme", pin="canary")
+    _, other = add_tenant(settings, "beta")
+    gw, app = _gateway(settings)
+    _call(gw, headers=[(b"x-api-key", key.encode())])
+    _call(gw, headers=[(b"x-api-key", other.encode())])
+    assert [s["state"]["pin"] for s in app.seen] == ["canary", None]
+    assert pin_tenant(settings, "acme", None).pin is None
+    assert pin_tenant(settings, "beta", "champion").pin == "champion"
+    assert {t.name: t.pin for t in list_tenants(settings)} == {"acme": None, "beta": "champion"}
+
+
+def test_bad_pins_are_refused_and_change_nothing(settings: Any) -> None:
+    from mlpipe.security import pin_tenant
+
+    with pytest.raises(
+        InvalidInput, match="pin: 'shadow' is not an arm; use one of champion, canary"
+    ):
+        add_tenant(settings, "acme", pin="shadow")
+    assert list_tenants(settings) == []
+    add_tenant(settings, "acme", pin="canary")
+    with pytest.raises(InvalidInput, match="pin: '3' is not an arm"):
+        pin_tenant(settings, "acme", "3")
+    with pytest.raises(NotFound, match="no tenant 'nobody'"):
+        pin_tenant(settings, "nobody", "canary")
+    assert [t.pin for t in list_tenants(settings)] == ["canary"]
+
+
+def test_a_control_plane_from_before_pinning_gains_the_column(settings: Any) -> None:
+    import sqlalchemy as sa
+
+    settings.state_path.mkdir(parents=True)
+    engine = sa.create_engine(settings.control)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE tenants (name VARCHAR(100) PRIMARY KEY, "
+                "key_id VARCHAR(32) NOT NULL UNIQUE, salt VARCHAR(64) NOT NULL, "
+                "key_hash VARCHAR(64) NOT NULL, rate FLOAT NOT NULL, "
+                "burst INTEGER NOT NULL, created_at DATETIME NOT NULL, "
+                "revoked_at DATETIME, actor VARCHAR(128) NOT NULL)"
+            )
+        )
+    engine.dispose()
+    tenant, _ = add_tenant(settings, "acme", pin="champion")
+    assert tenant.pin == "champion" and list_tenants(settings)[0].pin == "champion"

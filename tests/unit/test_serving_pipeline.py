@@ -226,6 +226,18 @@ def test_canary_split_and_shadow_rows(env: Any) -> None:
     assert len(shadow) == 400 and {r.version for r in shadow} == {"3"}
 
 
+def test_a_tenant_pinned_to_the_canary_always_gets_it(env: Any) -> None:
+    env.control.set("fraud", 2, "1", canary="2", weight=10)
+    env.loader.refresh()
+    pinned = [
+        r.model_copy(update={"tenant": "acme", "pin": "canary"}) for r in map(_req, range(50))
+    ]
+    out = env.pipeline.predict_batch([*pinned, *map(_req, range(50, 100))])
+    assert {r["version"] for r in out[:50]} == {"2"}
+    assert sum(r["version"] == "2" for r in out[50:]) < 20
+    assert {r.tenant for r in env.sink.rows if r.version == "2"} >= {"acme"}
+
+
 def test_pii_is_hashed_in_the_log_only(env: Any) -> None:
     env.pipeline.predict_batch([_req(42)])
     row = env.sink.rows[-1]

@@ -1,4 +1,4 @@
-"""``mlpipe tenants add | list | revoke``: who may call the scoring service."""
+"""``mlpipe tenants add | list | pin | revoke``: who may call the scoring service."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ def add(
     name: str = typer.Argument(..., help="Tenant name (letters, digits, _ - .)."),
     rate: float | None = typer.Option(None, "--rate", help="Requests/s (default: settings)."),
     burst: int | None = typer.Option(None, "--burst", help="Bucket size (default: settings)."),
+    pin: str | None = typer.Option(None, "--pin", help="Always route to: champion|canary."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Add a tenant and print its API key; the key is shown this once only."""
     from mlpipe import security
 
-    tenant, key = security.add_tenant(state.settings(), name, rate=rate, burst=burst)
+    tenant, key = security.add_tenant(state.settings(), name, rate=rate, burst=burst, pin=pin)
     if json_out:
         console.print_json({**tenant.public(), "key": key})
         return
@@ -44,8 +45,21 @@ def list_tenants(json_out: bool = typer.Option(False, "--json")) -> None:
     if json_out:
         console.print_json(rows)
         return
-    columns = ["name", "key_id", "rate", "burst", "created_at", "revoked_at"]
+    columns = ["name", "key_id", "rate", "burst", "pin", "created_at", "revoked_at"]
     console.show(console.table("tenants", columns, [[r[c] for c in columns] for r in rows]))
+
+
+@tenants_app.command("pin")
+def pin(
+    name: str = typer.Argument(...),
+    arm: str = typer.Argument(..., help="champion, canary, or none to unpin."),
+) -> None:
+    """Route all of a tenant's requests to one arm (servers apply it within key_refresh_s)."""
+    from mlpipe import security
+
+    tenant = security.pin_tenant(state.settings(), name, None if arm == "none" else arm)
+    where = f"pinned to the {tenant.pin}" if tenant.pin else "routed by the split again"
+    console.status(f"tenant {tenant.name} is {where}")
 
 
 @tenants_app.command("revoke")

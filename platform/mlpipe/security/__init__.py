@@ -28,7 +28,12 @@ def tenant_store(settings: Settings) -> TenantStore:
 
 
 def add_tenant(
-    settings: Settings, name: str, *, rate: float | None = None, burst: int | None = None
+    settings: Settings,
+    name: str,
+    *,
+    rate: float | None = None,
+    burst: int | None = None,
+    pin: str | None = None,
 ) -> tuple[Tenant, str]:
     """Create a tenant (limits default to ``security.default_*``); returns it and its key."""
     s = settings.security
@@ -37,7 +42,17 @@ def add_tenant(
         rate=s.default_rate if rate is None else rate,
         burst=s.default_burst if burst is None else burst,
         actor=settings.actor,
+        pin=pin,
     )
+
+
+def pin_tenant(settings: Settings, name: str, arm: str | None) -> Tenant:
+    """Route all of a tenant's requests to ``arm`` (champion or canary); None unpins.
+
+    Servers apply it within ``security.key_refresh_s``. A tenant pinned to the
+    canary gets the champion while no canary is deployed.
+    """
+    return tenant_store(settings).pin(name, arm)
 
 
 def list_tenants(settings: Settings) -> list[Tenant]:
@@ -67,6 +82,7 @@ __all__ = [
     "add_tenant",
     "list_tenants",
     "parse_key",
+    "pin_tenant",
     "rate_limiter",
     "retry_after",
     "revoke_tenant",

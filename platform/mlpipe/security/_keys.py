@@ -25,7 +25,9 @@ from sqlalchemy import (
     String,
     Table,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
@@ -47,7 +49,10 @@ tenants = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True)),
     Column("actor", String(128), nullable=False),
+    Column("pin", String(16)),  # "champion" | "canary": the arm this tenant always gets
 )
+
+PINS = ("champion", "canary")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 _KEY = re.compile(r"^mlp_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
@@ -66,6 +71,7 @@ class Tenant:
     revoked_at: datetime | None
     salt: str = ""
     key_hash: str = ""
+    pin: str | None = None
 
     @property
     def active(self) -> bool:
@@ -81,6 +87,7 @@ class Tenant:
             "created_at": self.created_at.isoformat(),
             "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
             "active": self.active,
+            "pin": self.pin,
         }
 
 
@@ -108,8 +115,11 @@ class TenantStore:
     def __init__(self, url: str) -> None:
         self.url = url
         create_tables(url, metadata)
+        _add_pin_column(url)
 
-    def add(self, name: str, *, rate: float, burst: int, actor: str) -> tuple[Tenant, str]:
+    def add(
+        self, name: str, *, rate: float, burst: int, actor: str, pin: str | None = None
+    ) -> tuple[Tenant, str]:
         """Create a tenant; returns it and its API key (the only time the key exists in clear).
 
         Raises :class:`InvalidInput` for a bad name or limit, :class:`Conflict`
@@ -121,6 +131,7 @@ class TenantStore:
             )
         if rate <= 0 or burst < 1:
             raise InvalidInput("rate must be > 0 and burst >= 1")
+        _check_pin(pin)
         key_id = secrets.token_hex(6)
         secret = secrets.token_urlsafe(32)
         salt = secrets.token_hex(16)
@@ -135,6 +146,7 @@ class TenantStore:
             "created_at": now,
             "revoked_at": None,
             "actor": actor,
+            "pin": pin,
         }
         try:
             with transaction(self.url) as conn:
@@ -158,10 +170,32 @@ class TenantStore:
             raise NotFound(f"no tenant {name!r}")
         return _to_tenant(row._mapping)
 
+    def pin(self, name: str, arm: str | None) -> Tenant:
+        """Pin the tenant to an arm (``None`` unpins); raises NotFound for an unknown name."""
+        _check_pin(arm)
+        with transaction(self.url) as conn:
+            conn.execute(update(tenants).where(tenants.c.name == name).values(pin=arm))
+            row = conn.execute(select(tenants).where(tenants.c.name == name)).first()
+        if row is None:
+            raise NotFound(f"no tenant {name!r}")
+        return _to_tenant(row._mapping)
+
     def list(self) -> list[Tenant]:
         with transaction(self.url) as conn:
             rows = conn.execute(select(tenants).order_by(tenants.c.name)).all()
         return [_to_tenant(r._mapping) for r in rows]
+
+
+def _check_pin(pin: str | None) -> None:
+    if pin is not None and pin not in PINS:
+        raise InvalidInput(f"pin: {pin!r} is not an arm; use one of {', '.join(PINS)} (or none)")
+
+
+def _add_pin_column(url: str) -> None:
+    """Control planes created before tenant pinning lack ``pin``; add it (idempotent)."""
+    with transaction(url) as conn:
+        if "pin" not in {c["name"] for c in inspect(conn).get_columns("tenants")}:
+            conn.execute(text("ALTER TABLE tenants ADD COLUMN pin VARCHAR(16)"))
 
 
 def _as_utc(value: datetime | None) -> datetime | None:
@@ -180,4 +214,5 @@ def _to_tenant(row) -> Tenant:  # type: ignore[no-untyped-def]
         revoked_at=_as_utc(row["revoked_at"]),
         salt=row["salt"],
         key_hash=row["key_hash"],
+        pin=row["pin"],
     )

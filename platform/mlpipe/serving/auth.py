@@ -8,8 +8,9 @@ protected path (every path but ``security.open_paths``):
   missing, malformed, unknown, wrong or revoked key gets the same 401 body
   (``WWW-Authenticate: Bearer``) after the same constant-time work;
 - the tenant's token bucket is taken; an empty one gets 429 with ``Retry-After``;
-- ``scope["state"]["tenant"]`` is set, which the gateway copies into the
-  request and so into the prediction-log row.
+- ``scope["state"]["tenant"]`` and ``["pin"]`` (the arm the tenant is pinned
+  to, or None) are set, which the gateway copies into the request: the tenant
+  goes into the prediction-log row, the pin into routing.
 
 A rejected request never reaches the gateway, so it leaves no log row.
 ``security.auth``: ``"auto"`` (default) requires keys once any tenant exists in
@@ -102,14 +103,17 @@ class AuthGateway:
             await _reply(scope, send, 429, body, [(b"retry-after", str(seconds).encode())])
             return
         self.metrics.tenant_requests.labels(tenant.name, "allowed").inc()
-        await self._pass(scope, receive, send, tenant.name)
+        await self._pass(scope, receive, send, tenant.name, tenant.pin)
 
     def _is_open(self, path: str) -> bool:
         return path in self.open_exact or path.startswith(self.open_prefixes or ("\0",))
 
-    async def _pass(self, scope: Scope, receive: Receive, send: Send, tenant: str) -> None:
+    async def _pass(
+        self, scope: Scope, receive: Receive, send: Send, tenant: str, pin: str | None = None
+    ) -> None:
         state = dict(scope.get("state") or {})
         state["tenant"] = tenant
+        state["pin"] = pin
         await self.app({**scope, "state": state}, receive, send)
 
 

@@ -116,6 +116,7 @@ class PredictGateway:
                 "request_id": req.request_id or new_request_id(),
                 "received_ns": time.time_ns(),
                 "tenant": state.get("tenant", "default"),
+                "pin": state.get("pin"),
             }
         )
         await self._forward(scope, send, rt, req, started)

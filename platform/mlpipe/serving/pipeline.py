@@ -136,7 +136,7 @@ class ScoringPipeline:
                 results[i] = error_body(f"model {req.model!r} is not deployed here", 404)
                 continue
             key = entity_key(req.entity) if req.entity else f"request_id={req.request_id}"
-            d = served.router.route(key)
+            d = served.router.route(key, req.pin)
             items.append(_Item(req, i, served, served.versions[d.version], d.arm, key, d.shadow))
         if self.metrics:
             self.metrics.batch_size.observe(len(requests))

@@ -21,7 +21,8 @@ class PredictRequest(BaseModel):
     it may be ``{}`` for a model without one, and routing then hashes the
     request id). ``features`` holds request-time inputs. ``received_ns`` is set
     by the gateway (a client's value is overwritten) so the log can record the
-    server-side latency; so is ``tenant``, from the auth layer.
+    server-side latency; so are ``tenant`` and ``pin`` (the arm the tenant is
+    pinned to, if any), from the auth layer.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -36,6 +37,7 @@ class PredictRequest(BaseModel):
     request_id: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
     tenant: Annotated[StrictStr, Field(max_length=100)] = "default"
     received_ns: int = 0
+    pin: Literal["champion", "canary"] | None = None
 
 
 class PredictResponse(BaseModel):
