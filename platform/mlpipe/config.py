@@ -44,7 +44,8 @@ class ServingSettings(_Section):
 
 
 class PredlogSettings(_Section):
-    sink: Literal["file", "kafka"] = "file"
+    # "none" logs nothing: only for measuring what the log costs (bench/), never to serve
+    sink: Literal["file", "kafka", "none"] = "file"
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic: str = "mlpipe-predictions"
     kafka_timeout_s: float = Field(5.0, gt=0)

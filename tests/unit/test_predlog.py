@@ -121,3 +121,17 @@ def test_pii_hashing() -> None:
     assert h.redact_key({"email": "a@b.c"}, "email=a@b.c") == f"email={red['email']}"
     assert not PiiHasher([], "k")
     assert PiiHasher([], "k").redact_key({"id": 1}, "id=1") == "id=1"
+
+
+def test_sink_none_logs_nothing_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mlpipe.predlog.segments import NullSink
+
+    settings = load_settings(home=tmp_path, predlog={"sink": "none"})
+    sink = open_sink(settings, "w1")
+    assert isinstance(sink, NullSink)
+    assert "predictions are NOT logged" in caplog.text
+    sink.append([_record(i) for i in range(3)])
+    sink.close()
+    assert list(tmp_path.rglob("*.jsonl*")) == []

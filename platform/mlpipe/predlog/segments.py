@@ -170,9 +170,22 @@ def _write_all(fd: int, buf: bytes) -> None:
         view = view[written:]
 
 
+class NullSink:
+    """Drops every row: ``predlog.sink = "none"``, for benchmarks of what logging costs."""
+
+    def append(self, records: Sequence[PredictionRecord]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def open_sink(settings: Settings, worker_id: str) -> PredictionSink:
-    """The configured sink for this worker: segment files (default) or Kafka."""
+    """The configured sink for this worker: segment files (default), Kafka, or none."""
     p = settings.predlog
+    if p.sink == "none":
+        logger.warning("predlog.sink = none: predictions are NOT logged (benchmarks only)")
+        return NullSink()
     if p.sink == "kafka":
         from mlpipe.predlog.kafka import KafkaSink
 
@@ -186,4 +199,11 @@ def open_sink(settings: Settings, worker_id: str) -> PredictionSink:
     )
 
 
-__all__ = ["CLOSED_SUFFIX", "OPEN_SUFFIX", "PredictionSink", "SegmentWriter", "open_sink"]
+__all__ = [
+    "CLOSED_SUFFIX",
+    "OPEN_SUFFIX",
+    "NullSink",
+    "PredictionSink",
+    "SegmentWriter",
+    "open_sink",
+]
