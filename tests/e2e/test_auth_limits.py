@@ -1,7 +1,8 @@
 """Issue-6 security acceptance against a real server: keys, per-tenant limits, PII.
 
-One server per module (one worker), with three tenants: ``alpha`` (5/s,
-burst 5), ``beta`` (generous) and ``gone`` (revoked before the start).
+One server per module (one worker), with four tenants: ``alpha`` (5/s,
+burst 5), ``beta`` (generous), ``partner`` (generous, pinned to the canary, v2
+at 1 %) and ``gone`` (revoked before the start).
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
     data = _train(home, 1)
     info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
     deployments.deploy(settings, "fraud", info.version)
+    v2 = registry.register(
+        settings, "fraud", dataset=_train(home, 2), model_path=home / "model2.joblib"
+    )
+    deployments.deploy(settings, "fraud", v2.version, canary=1)  # 1 %: almost nobody by the split
+    _, partner = security.add_tenant(settings, "partner", rate=10_000, burst=10_000, pin="canary")
     _, alpha = security.add_tenant(settings, "alpha", rate=5, burst=5)
     _, beta = security.add_tenant(settings, "beta", rate=10_000, burst=10_000)
     _, gone = security.add_tenant(settings, "gone")
@@ -51,7 +57,13 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
     )
     with server:
         yield SimpleNamespace(
-            settings=settings, url=server.url, alpha=alpha, beta=beta, gone=gone, home=home
+            settings=settings,
+            url=server.url,
+            alpha=alpha,
+            beta=beta,
+            gone=gone,
+            partner=partner,
+            home=home,
         )
 
 
@@ -190,3 +202,25 @@ def test_pii_field_never_in_plain_text_in_segments_or_warehouse(secure: Any) -> 
     files = [p for p in secure.settings.state_path.rglob("*") if p.is_file()]
     assert not any(needle in p.read_bytes() for p in files)
     assert needle not in (secure.home / "server.log").read_bytes()
+
+
+def test_a_pinned_tenant_gets_the_canary_until_unpinned(secure: Any) -> None:
+    from mlpipe import security
+
+    def versions(key: str, tag: str) -> list[str]:
+        out = []
+        for cid in range(30):
+            r = _post(secure.url, _body(f"{tag}-{cid}", cid=1000 + cid), {"X-API-Key": key})
+            assert r.status_code == 200, r.text
+            out.append(r.json()["version"])
+        return out
+
+    assert set(versions(secure.partner, "pinned")) == {"2"}
+    assert versions(secure.beta, "split").count("2") <= 3  # the same customers, by the 1 % split
+    rows = {r.request_id: r for r in predlog_rows(secure.settings)}
+    pinned = {(rows[f"pinned-{i}"].tenant, rows[f"pinned-{i}"].arm) for i in range(30)}
+    assert pinned == {("partner", "canary")}
+    security.pin_tenant(secure.settings, "partner", None)
+    deadline = time.monotonic() + 10  # servers reread the tenant table every 0.5 s here
+    while versions(secure.partner, "unpinned").count("2") > 3:
+        assert time.monotonic() < deadline, "the unpin never reached the server"
