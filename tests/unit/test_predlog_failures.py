@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from mlpipe.config import load_settings
 from mlpipe.predlog import DECODER, SegmentWriter
-from mlpipe.serving import GenerationLoader, PredictRequest, ServingRuntime
-from mlpipe.serving.metrics import serving_metrics
-from tests.unit.test_serving_pipeline import SPEC, FakeControl, FakeFeatures, ListSink
+from mlpipe.serving import PredictRequest
+from tests.unit.test_serving_pipeline import ListSink, fake_runtime
 
 LIMIT = 16 * 1024
 
@@ -41,22 +39,7 @@ def disk_full_past(limit: int) -> Iterator[None]:
 
 
 def _runtime(tmp_path: Path, sink: Any, **overrides: Any) -> Any:
-    settings = load_settings(home=tmp_path, **overrides)
-    control = FakeControl()
-    control.set("fraud", 1, "1")
-    metrics = serving_metrics(CollectorRegistry())
-    loader = GenerationLoader(
-        settings,
-        metrics=metrics,
-        load_model=control.load,
-        describe_service=lambda _s, _n: SPEC,
-        generations=control.generations,
-        current=control.current,
-    )
-    loader.refresh()
-    return ServingRuntime(
-        settings, loader=loader, sink=sink, fetch_features=FakeFeatures(), metrics=metrics
-    )
+    return fake_runtime(load_settings(home=tmp_path, **overrides), sink).rt
 
 
 def _req(i: int, received_ns: int | None = None) -> PredictRequest:

@@ -4,25 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry
 
 from mlpipe.config import load_settings
-from mlpipe.serving import GenerationLoader, PredictGateway, ServingRuntime, set_current
-from mlpipe.serving.metrics import serving_metrics
+from mlpipe.serving import PredictGateway, set_current
 from tests.unit.test_serving_pipeline import (
-    SPEC,
     FakeControl,
-    FakeFeatures,
     FakeModel,
     ListSink,
     _batch_endpoint,
     _post,
     _req,
+    fake_runtime,
 )
 
 REJECTED = -999.0  # an amount the model refuses (ValueError): the input is the cause
@@ -50,26 +46,11 @@ class PoisonControl(FakeControl):
 
 @pytest.fixture
 def env(tmp_path: Path) -> Any:
-    settings = load_settings(home=tmp_path)
     control = PoisonControl()
     control.set("fraud", 1, "1", shadow="2", sample=100)
-    metrics = serving_metrics(CollectorRegistry())
-    loader = GenerationLoader(
-        settings,
-        metrics=metrics,
-        load_model=control.load,
-        describe_service=lambda _s, _n: SPEC,
-        generations=control.generations,
-        current=control.current,
-        retry_after_s=0,
-    )
-    loader.refresh()
-    sink = ListSink()
-    rt = ServingRuntime(
-        settings, loader=loader, sink=sink, fetch_features=FakeFeatures(), metrics=metrics
-    )
-    yield SimpleNamespace(rt=rt, sink=sink, pipeline=rt.pipeline, metrics=metrics)
-    rt.pipeline.close()
+    built = fake_runtime(load_settings(home=tmp_path), ListSink(), control)
+    yield built
+    built.pipeline.close()
 
 
 @pytest.mark.parametrize(

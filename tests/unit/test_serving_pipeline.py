@@ -134,11 +134,11 @@ class FakeControl:
         )
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Any:
-    settings = load_settings(home=tmp_path, pii_fields=["customer_id"])
-    control = FakeControl()
-    control.set("fraud", 1, "1")
+def fake_runtime(settings: Any, sink: Any, control: FakeControl | None = None) -> SimpleNamespace:
+    """A real ServingRuntime over the fakes above, generation 1 (champion "1") loaded."""
+    if control is None:
+        control = FakeControl()
+        control.set("fraud", 1, "1")
     metrics = serving_metrics(CollectorRegistry())
     loader = GenerationLoader(
         settings,
@@ -150,9 +150,9 @@ def env(tmp_path: Path) -> Any:
         retry_after_s=0,
     )
     loader.refresh()
-    sink, feats = ListSink(), FakeFeatures()
+    feats = FakeFeatures()
     rt = ServingRuntime(settings, loader=loader, sink=sink, fetch_features=feats, metrics=metrics)
-    yield SimpleNamespace(
+    return SimpleNamespace(
         rt=rt,
         control=control,
         sink=sink,
@@ -161,7 +161,13 @@ def env(tmp_path: Path) -> Any:
         pipeline=rt.pipeline,
         metrics=metrics,
     )
-    rt.pipeline.close()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Any:
+    built = fake_runtime(load_settings(home=tmp_path, pii_fields=["customer_id"]), ListSink())
+    yield built
+    built.pipeline.close()
 
 
 def _req(cid: int, amount: float = 10.0, rid: str | None = None) -> PredictRequest:
