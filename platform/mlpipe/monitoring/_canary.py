@@ -11,16 +11,14 @@ significant fails).
 
 from __future__ import annotations
 
-import json
 import math
-import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from mlpipe import warehouse
-from mlpipe.errors import InvalidInput, NotFound
-from mlpipe.monitoring._drift import _report_dir
+from mlpipe.errors import InvalidInput
+from mlpipe.monitoring._reports import entry, report_dir, require_logged, write_json
 from mlpipe.monitoring._window import utcnow, window_ending
 
 if TYPE_CHECKING:
@@ -107,14 +105,7 @@ def analyze(
     from scipy.stats import ks_2samp
 
     current = window_ending(window, end)
-    if sync_first:
-        warehouse.sync(settings, notify)
-    known = warehouse.models_in_warehouse(settings, notify)
-    if model not in known:
-        raise NotFound(
-            f"model {model!r} has no logged predictions "
-            f"(the warehouse has: {', '.join(known) or 'none'})"
-        )
+    require_logged(settings, model, sync_first, notify)
     win = warehouse.prediction_window(settings, model, current.start, current.end, notify=notify)
     rows = win.rows
     champ = rows[rows["arm"] == "champion"]
@@ -218,29 +209,21 @@ def analyze(
         checks,
     )
     now = utcnow()
-    out_dir = _report_dir(settings, model, now)
-    path = out_dir / "canary.json"
-    path.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    path = report_dir(settings, model, now) / "canary.json"
+    write_json(path, result.to_dict())
     result.report_path = str(path)
-    warehouse.record_reports(
-        settings,
-        [
-            warehouse.ReportEntry(
-                id=uuid.uuid4().hex,
-                kind="canary",
-                model=model,
-                arm="canary",
-                version=result.canary_version,
-                window_start=current.start,
-                window_end=current.end,
-                created_at=now,
-                verdict=verdict,
-                path=str(path),
-                summary=result.to_dict(),
-            )
-        ],
-        notify,
+    row = entry(
+        "canary",
+        model,
+        current,
+        now,
+        verdict,
+        path,
+        result.to_dict(),
+        arm="canary",
+        version=result.canary_version,
     )
+    warehouse.record_reports(settings, [row], notify)
     return result
 
 

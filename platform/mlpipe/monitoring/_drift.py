@@ -8,8 +8,6 @@ verdicts, and a row per arm in the warehouse's ``reports`` table.
 
 from __future__ import annotations
 
-import json
-import uuid
 import warnings
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -17,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlpipe import warehouse
-from mlpipe.errors import InvalidInput, NotFound
+from mlpipe.errors import InvalidInput
+from mlpipe.monitoring._reports import entry, report_dir, require_logged, write_json
 from mlpipe.monitoring._screen import Screened, SkippedColumn, screen
 from mlpipe.monitoring._window import ReferenceSpec, Window, parse_reference, utcnow, window_ending
 
@@ -87,16 +86,6 @@ class DriftVerdict:
             arm_data["drifted_features"] = arm.drifted_features
         data["exit_code"] = self.exit_code
         return data
-
-
-def _report_dir(settings: Settings, model: str, now: datetime) -> Path:
-    base = settings.reports_path / model / now.strftime("%Y%m%dT%H%M%SZ")
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    path.mkdir(parents=True)
-    return path
 
 
 def _training_reference(settings: Settings, model: str, version: str) -> pd.DataFrame:
@@ -319,20 +308,13 @@ def drift(
     )
     if arm is not None and arm not in ("champion", "canary", "shadow"):
         raise InvalidInput(f"unknown arm {arm!r}: use champion, canary or shadow")
-    if sync_first:
-        warehouse.sync(settings, notify)
-    known = warehouse.models_in_warehouse(settings, notify)
-    if model not in known:
-        raise NotFound(
-            f"model {model!r} has no logged predictions "
-            f"(the warehouse has: {', '.join(known) or 'none'})"
-        )
+    require_logged(settings, model, sync_first, notify)
     sample_rows = settings.monitor.drift_sample_rows
     win = warehouse.prediction_window(
         settings, model, current.start, current.end, arm=arm, sample_rows=sample_rows, notify=notify
     )
     now = utcnow()
-    out_dir = _report_dir(settings, model, now)
+    out_dir = report_dir(settings, model, now)
     arms: list[ArmDrift] = []
     names = [arm] if arm else sorted(set(win.rows["arm"])) or ["champion"]
     for name in names:
@@ -370,30 +352,19 @@ def drift(
         arms,
         str(out_dir),
     )
-    (out_dir / "summary.json").write_text(json.dumps(verdict.to_dict(), indent=2, default=str))
-    warehouse.record_reports(
-        settings,
-        [
-            warehouse.ReportEntry(
-                id=uuid.uuid4().hex,
-                kind="drift",
-                model=model,
-                arm=a.arm,
-                version=a.version,
-                window_start=current.start,
-                window_end=current.end,
-                created_at=now,
-                verdict=a.verdict,
-                path=str(out_dir),
-                summary={
-                    "drift_share": a.drift_share,
-                    "drifted": a.drifted_features,
-                    "skipped": [asdict(s) for s in a.skipped],
-                    "rows": a.rows,
-                },
-            )
-            for a in arms
-        ],
-        notify,
-    )
+    write_json(out_dir / "summary.json", verdict.to_dict())
+    summaries = [
+        {
+            "drift_share": a.drift_share,
+            "drifted": a.drifted_features,
+            "skipped": [asdict(s) for s in a.skipped],
+            "rows": a.rows,
+        }
+        for a in arms
+    ]
+    entries = [
+        entry("drift", model, current, now, a.verdict, out_dir, s, arm=a.arm, version=a.version)
+        for a, s in zip(arms, summaries, strict=True)
+    ]
+    warehouse.record_reports(settings, entries, notify)
     return verdict

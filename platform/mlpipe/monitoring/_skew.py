@@ -12,16 +12,13 @@ are skipped, by name.
 
 from __future__ import annotations
 
-import json
 import math
-import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from mlpipe import warehouse
-from mlpipe.errors import NotFound
-from mlpipe.monitoring._drift import _report_dir
+from mlpipe.monitoring._reports import entry, report_dir, require_logged, write_json
 from mlpipe.monitoring._screen import SkippedColumn
 from mlpipe.monitoring._window import utcnow, window_ending
 
@@ -183,14 +180,7 @@ def skew(
     sample_rows = sample or settings.monitor.skew_sample_rows
     rel_tol = settings.monitor.skew_rel_tolerance
     max_rate = settings.monitor.skew_max_mismatch_rate
-    if sync_first:
-        warehouse.sync(settings, notify)
-    known = warehouse.models_in_warehouse(settings, notify)
-    if model not in known:
-        raise NotFound(
-            f"model {model!r} has no logged predictions "
-            f"(the warehouse has: {', '.join(known) or 'none'})"
-        )
+    require_logged(settings, model, sync_first, notify)
     win = warehouse.prediction_window(
         settings,
         model,
@@ -281,31 +271,16 @@ def skew(
     if result.rows_compared:
         result.verdict = "skew" if result.skewed_features else "ok"
     now = utcnow()
-    path = _report_dir(settings, model, now) / "skew.json"
-    path.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    path = report_dir(settings, model, now) / "skew.json"
+    write_json(path, result.to_dict())
     result.report_path = str(path)
+    summary = {
+        "rows_compared": result.rows_compared,
+        "skewed": result.skewed_features,
+        "mismatch_rate": {f.feature: f.mismatch_rate for f in result.features},
+    }
     warehouse.record_reports(
-        settings,
-        [
-            warehouse.ReportEntry(
-                id=uuid.uuid4().hex,
-                kind="skew",
-                model=model,
-                arm=None,
-                version=None,
-                window_start=current.start,
-                window_end=current.end,
-                created_at=now,
-                verdict=result.verdict,
-                path=str(path),
-                summary={
-                    "rows_compared": result.rows_compared,
-                    "skewed": result.skewed_features,
-                    "mismatch_rate": {f.feature: f.mismatch_rate for f in result.features},
-                },
-            )
-        ],
-        notify,
+        settings, [entry("skew", model, current, now, result.verdict, path, summary)], notify
     )
     return result
 
