@@ -20,6 +20,7 @@ import bentoml
 from mlpipe.config import load_settings
 from mlpipe.serving import PredictGateway, PredictRequest, ServingRuntime, set_current
 from mlpipe.serving.auth import AuthGateway
+from mlpipe.serving.intake import RequestIntake
 from mlpipe.serving.oip import InferenceProtocol
 from mlpipe.serving.overload import OverloadGate, saturated
 
@@ -71,8 +72,12 @@ _input = Scoring.apis["predict"].input_spec
 _schema = functools.cache(_input.model_json_schema)
 _input.model_json_schema = staticmethod(lambda *a, **k: dict(_schema(*a, **k)))
 
-# The first added is the outermost: keys and rate limits before the gateway parses.
+# The first added is the outermost: keys and rate limits before the gateway parses;
+# then the intake (JSON only, size, a deadline on the body) before anything reads a body.
 Scoring.add_asgi_middleware(AuthGateway, settings=settings)
+Scoring.add_asgi_middleware(
+    RequestIntake, max_body_bytes=_s.max_body_bytes, timeout_s=_s.request_timeout_s
+)
 Scoring.add_asgi_middleware(InferenceProtocol, max_body_bytes=_s.max_body_bytes)  # /v2 → /predict
 Scoring.add_asgi_middleware(
     OverloadGate,

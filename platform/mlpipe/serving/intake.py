@@ -1,0 +1,159 @@
+"""Request intake: the first look at a request body, before any layer parses it.
+
+Pure-ASGI middleware, just inside the auth layer and outside everything that
+reads a body (the Open Inference Protocol layer, the gateway, BentoML). For
+every HTTP request that carries a body (``POST``, ``PUT``, ``PATCH``, or any
+request with a ``Content-Length`` or ``Transfer-Encoding``), on every path:
+
+- a ``Content-Type`` that is not JSON gets 415. Absent, ``application/json``
+  and ``application/*+json`` (parameters allowed) pass; so does
+  ``application/octet-stream`` on a ``/v2`` path with
+  ``Inference-Header-Content-Length`` (Triton's binary tensor extension, which
+  :mod:`mlpipe.serving.oip` decodes as raw numbers). This is what keeps
+  BentoML's ``application/vnd.bentoml+pickle`` decoding (meant for its
+  service-to-service calls) out of reach of any request, whatever BentoML's
+  own checks cover;
+- a body declared or delivered over ``max_body_bytes`` gets 413;
+- a body not fully delivered within ``timeout_s`` of the request's arrival
+  (``serving.request_timeout_s``) gets 408 with ``Connection: close``, so a
+  slow client cannot hold a connection and a request past the request timeout.
+
+The whole body is then handed down in one message, so no layer below waits on
+the client again. Refusals are ``{"error": ..., "status": ...}``; a refused
+request reaches nothing below, so it leaves no prediction-log row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from mlpipe.serving import runtime as _runtime
+from mlpipe.serving.schema import error_body
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_BINARY_TENSORS = "application/octet-stream"
+
+
+class RequestIntake:
+    """415 for a body that is not JSON, 413 over the size limit, 408 for a body too slow."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, timeout_s: float) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(reversed(scope["headers"]))  # the first of each wins, as in Starlette
+        if not _carries_body(scope["method"], headers):
+            await self.app(scope, receive, send)
+            return
+        # Every Content-Type line is checked: a JSON one first cannot smuggle a second.
+        types = [v for k, v in scope["headers"] if k == b"content-type"] or [b""]
+        problem = next(
+            (p for t in types if (p := _content_type_problem(scope["path"], t, headers))), None
+        )
+        if problem is not None:
+            await _refuse(send, error_body(problem, 415))
+            return
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            await _refuse(send, error_body(f"body over {self.max_body_bytes} bytes", 413))
+            return
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                body = await _read_body(receive, self.max_body_bytes)
+        except _Disconnected:
+            return  # nobody to answer, and nothing below should act on half a body
+        except TimeoutError:
+            message = f"request body not received within {self.timeout_s:g} s"
+            await _refuse(send, error_body(message, 408), close=True)
+            return
+        if body is None:
+            await _refuse(send, error_body(f"body over {self.max_body_bytes} bytes", 413))
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+
+def _carries_body(method: str, headers: dict[bytes, bytes]) -> bool:
+    if method in _BODY_METHODS or b"transfer-encoding" in headers:
+        return True
+    return headers.get(b"content-length", b"0").strip() not in (b"", b"0")
+
+
+def _content_type_problem(path: str, value: bytes, headers: dict[bytes, bytes]) -> str | None:
+    """Why a body with this ``Content-Type`` is refused, or None when it is JSON (or absent)."""
+    media = value.decode("latin-1").split(";", 1)[0].strip().lower()
+    if media in ("", "application/json"):
+        return None
+    if media.startswith("application/") and media.endswith("+json"):
+        return None
+    if (
+        media == _BINARY_TENSORS
+        and (path == "/v2" or path.startswith("/v2/"))
+        and b"inference-header-content-length" in headers
+    ):
+        return None
+    return f"unsupported content type {media!r}: send the body as application/json"
+
+
+class _Disconnected(Exception):
+    """The client went away before its body was complete."""
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body, or None once it grows past ``limit``; raises if the client leaves."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the read body once, then the client's own messages."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given
+        if given:
+            return await receive()  # http.disconnect, when the client goes
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def _refuse(send: Send, body: dict[str, Any], *, close: bool = False) -> None:
+    status = body["status"]
+    rt = _runtime.current()
+    if rt is not None:
+        rt.metrics.rejected.labels(str(status)).inc()
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+__all__ = ["RequestIntake"]
