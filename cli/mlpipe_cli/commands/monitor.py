@@ -6,6 +6,7 @@ skew / fail / insufficient / rolled back; an undelivered ``--alert-webhook`` exi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -92,10 +93,7 @@ def drift(
                     title, ["column", "kind", "method", "score", "threshold", "drifted"], rows
                 )
             )
-            for s in a.skipped:
-                console.status(f"[yellow]skipped[/yellow] {s.column}: {s.reason}")
-            for note in a.notes:
-                console.status(f"note: {note}")
+            _skipped_and_notes(a.skipped, a.notes)
             if a.quality:
                 console.status(
                     "quality: " + ", ".join(f"{k}={_fmt(v)}" for k, v in a.quality.items())
@@ -105,6 +103,13 @@ def drift(
             f"{result.drift_share_threshold}); reports in {result.report_dir}"
         )
     _finish("drift", name, result.verdict, result.exit_code, data, alert_webhook)
+
+
+def _skipped_and_notes(skipped: Sequence[Any], notes: Sequence[str]) -> None:
+    for s in skipped:
+        console.status(f"[yellow]skipped[/yellow] {s.column}: {s.reason}")
+    for note in notes:
+        console.status(f"note: {note}")
 
 
 def skew(
@@ -153,10 +158,7 @@ def skew(
                     f"  {f.feature} {e.entity_key} at {e.ts:%Y-%m-%d %H:%M:%S}: "
                     f"served {_fmt(e.served)}, offline {_fmt(e.offline)}"
                 )
-        for s in result.skipped:
-            console.status(f"[yellow]skipped[/yellow] {s.column}: {s.reason}")
-        for note in result.notes:
-            console.status(f"note: {note}")
+        _skipped_and_notes(result.skipped, result.notes)
         console.status(
             f"verdict: {result.verdict} (relative tolerance {result.rel_tolerance:g}, "
             f"max mismatch rate {result.max_mismatch_rate:g}); recorded in {result.report_path}"
