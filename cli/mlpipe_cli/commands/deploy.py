@@ -101,10 +101,11 @@ def status(
 
 
 def _figures(settings, name: str, window: str) -> tuple[list, str | None]:  # type: ignore[no-untyped-def]
-    from mlpipe import monitoring, warehouse
+    from mlpipe import warehouse
     from mlpipe.errors import StoreUnavailable
+    from mlpipe.windows import window_ending  # not mlpipe.monitoring: that imports Evidently
 
-    start = monitoring.window_ending(window).start
+    start = window_ending(window).start
     try:
         return warehouse.arm_figures(settings, name, start), None
     except StoreUnavailable as exc:

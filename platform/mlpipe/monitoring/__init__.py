@@ -11,7 +11,7 @@ from mlpipe.monitoring._drift import ArmDrift, ColumnDrift, DriftVerdict, drift
 from mlpipe.monitoring._rollout import RolloutResult, RolloutStep, parse_steps, rollout
 from mlpipe.monitoring._screen import SkippedColumn
 from mlpipe.monitoring._skew import FeatureSkew, SkewExample, SkewVerdict, skew
-from mlpipe.monitoring._window import Window, parse_duration, parse_reference, window_ending
+from mlpipe.windows import Window, parse_duration, parse_reference, window_ending
 
 __all__ = [
     "AlertResult",

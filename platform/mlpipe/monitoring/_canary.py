@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mlpipe import warehouse
 from mlpipe.errors import InvalidInput
 from mlpipe.monitoring._reports import entry, report_dir, require_logged, write_json
-from mlpipe.monitoring._window import utcnow, window_ending
+from mlpipe.windows import utcnow, window_ending
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -18,7 +18,7 @@ from mlpipe import warehouse
 from mlpipe.errors import InvalidInput
 from mlpipe.monitoring._reports import entry, report_dir, require_logged, write_json
 from mlpipe.monitoring._screen import Screened, SkippedColumn, screen
-from mlpipe.monitoring._window import ReferenceSpec, Window, parse_reference, utcnow, window_ending
+from mlpipe.windows import ReferenceSpec, Window, parse_reference, utcnow, window_ending
 
 if TYPE_CHECKING:
     import pandas as pd

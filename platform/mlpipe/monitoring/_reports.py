@@ -20,7 +20,7 @@ from mlpipe.errors import NotFound
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
-    from mlpipe.monitoring._window import Window
+    from mlpipe.windows import Window
 
 
 def require_logged(

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.monitoring._canary import CanaryAnalysis, analyze
-from mlpipe.monitoring._window import parse_duration
+from mlpipe.windows import parse_duration
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings

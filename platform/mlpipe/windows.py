@@ -1,4 +1,8 @@
-"""Time windows: ``24h``-style durations, and what ``--reference`` names."""
+"""Time windows: ``24h``-style durations, and what ``--reference`` names.
+
+A module of its own (not in :mod:`mlpipe.monitoring`) so ``mlpipe status`` can
+read a window without importing Evidently.
+"""
 
 from __future__ import annotations
 
