@@ -2,16 +2,18 @@
 
 Scoring batched vs batch size 1, feature read (cache hit vs Feast online
 store miss), prediction-log append per row, router decision, the whole
-pipeline per batch size, and ``mlpipe --help`` wall time. Writes
-``bench/results/components.json`` and prints a table. Needs the bench home
-(``python -m bench.run`` builds it). Not covered yet: ``warehouse sync``
-rows/s and ``monitor drift`` against Evidently alone.
+pipeline per batch size, ``warehouse sync`` rows/s and ``monitor drift``
+next to Evidently alone (``bench/offline.py``), and ``mlpipe --help`` /
+``mlpipe status`` wall time. Writes ``bench/results/components.json`` and
+prints a table and the issue's targets. Needs the bench home (built here when
+missing, as ``python -m bench.run`` does). ``--quick`` runs small.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,15 +50,31 @@ def row(name: str, per_call: list[float], per: int = 1, unit: str = "row") -> di
         "calls": len(per_call),
         "p50_us": round(p50 * 1e6, 1),
         "p99_us": round(p99 * 1e6, 1),
-        f"{unit}s_per_s": round(per / p50) if p50 > 0 else None,
+        f"{unit}s_per_s": _rate(per / p50) if p50 > 0 else None,
     }
+
+
+def _rate(value: float) -> float:
+    return round(value) if value >= 100 else round(value, 2)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.components")
     p.add_argument("--home", type=Path, default=RESULTS / "home")
-    p.add_argument("--seconds", type=float, default=1.0, help="per measurement")
+    p.add_argument("--seconds", type=float, default=None, help="per measurement (1; quick 0.3)")
+    p.add_argument("--quick", action="store_true", help="small sizes, short measurements")
+    p.add_argument(
+        "--sync-rows", type=int, default=None, help="rows logged for sync (200k; quick 20k)"
+    )
+    p.add_argument(
+        "--drift-rows", type=int, default=None, help="rows a side for drift (100k; quick 10k)"
+    )
+    p.add_argument("--repeats", type=int, default=None, help="sync/drift repeats (2; quick 1)")
     a = p.parse_args(argv)
+    a.seconds = a.seconds or (0.3 if a.quick else 1.0)
+    a.sync_rows = a.sync_rows or (20_000 if a.quick else 200_000)
+    a.drift_rows = a.drift_rows or (10_000 if a.quick else 100_000)
+    a.repeats = a.repeats or (1 if a.quick else 2)
     warnings.filterwarnings("ignore")
     home = ensure_home(a.home)
     from mlpipe import registry
@@ -168,21 +186,89 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         rt.close()
 
+    from bench import offline
+
+    print("bench: warehouse sync and monitor drift ...", file=sys.stderr, flush=True)
+    rows += offline.measure(a.sync_rows, a.drift_rows, a.repeats)
+
     mlpipe = Path(sys.executable).parent / "mlpipe"
-    walls = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        subprocess.run([str(mlpipe), "--help"], capture_output=True, check=True, timeout=60)
-        walls.append(time.perf_counter() - t0)
-    rows.append(row("mlpipe --help (wall)", sorted(walls), unit="call"))
+    env = {**os.environ, "MLPIPE_HOME": str(home)}
+    for args in (["--help"], ["status", "fraud"]):
+        walls = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run(
+                [str(mlpipe), *args], capture_output=True, check=True, timeout=120, env=env
+            )
+            walls.append(time.perf_counter() - t0)
+        rows.append(row(f"mlpipe {' '.join(args)} (wall)", sorted(walls), unit="call"))
 
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "components.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print("| component | calls | p50 µs | p99 µs | per s |\n|---|---|---|---|---|")
+    print(table(rows))
+    print("\n".join(f"- {line}" for line in targets(rows)))
+    return 0
+
+
+def _duration(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.1f} µs"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as markdown: median and p99 (the slowest of a few repeats for the long ones)."""
+    out = ["| component | calls | p50 | p99 | per s |", "|---|---|---|---|---|"]
     for r in rows:
         rate = next(v for k, v in r.items() if k.endswith("_per_s"))
-        print(f"| {r['component']} | {r['calls']} | {r['p50_us']} | {r['p99_us']} | {rate} |")
-    return 0
+        unit = next(k for k in r if k.endswith("_per_s")).removesuffix("s_per_s")
+        cells = [_duration(r["p50_us"]), _duration(r["p99_us"]), f"{rate:,} {unit}s"]
+        out.append(f"| {r['component']} | {r['calls']} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def targets(rows: list[dict[str, Any]]) -> list[str]:
+    """The issue's component targets as lines of text (information, never asserted)."""
+
+    def get(prefix: str) -> dict[str, Any] | None:
+        return next((r for r in rows if r["component"].startswith(prefix)), None)
+
+    out: list[str] = []
+    b1, b64 = get("score booster batch 1"), get("score booster batch 64")
+    if b1 and b64:
+        out.append(
+            f"scoring rows/s batch 64 / batch 1: {b64['rows_per_s'] / b1['rows_per_s']:.1f} "
+            "(target ≥ 20)"
+        )
+    for prefix, label, limit in (
+        ("features cache hit", "feature cache hit", 50),
+        ("features Feast online miss (1", "Feast online miss", 2000),
+        ("router decision", "router decision", 20),
+    ):
+        r = get(prefix)
+        if r:
+            out.append(
+                f"{label}: p50 {_duration(r['p50_us'])}, p99 {_duration(r['p99_us'])} "
+                f"(target ≤ {_duration(limit)})"
+            )
+    sync = get("warehouse sync (")
+    if sync:
+        out.append(f"warehouse sync: {sync['rows_per_s']:,} rows/s (target ≥ 200,000)")
+    alone, mine = get("Evidently alone: report.run"), get("mlpipe monitor drift")
+    if alone and mine:
+        out.append(
+            f"monitor drift: mlpipe {_duration(mine['p50_us'])} vs Evidently alone "
+            f"{_duration(alone['p50_us'])}: {mine['p50_us'] / alone['p50_us']:.2f} × "
+            "(target ≤ 1.5)"
+        )
+    for prefix, limit_s in (("mlpipe --help", 0.5), ("mlpipe status", None)):
+        r = get(prefix)
+        if r:
+            goal = f" (target < {limit_s} s)" if limit_s else ""
+            out.append(f"{prefix}: {_duration(r['p50_us'])}{goal}")
+    return out
 
 
 if __name__ == "__main__":
