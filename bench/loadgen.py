@@ -81,11 +81,14 @@ class _Conn:
 class _Recorder:
     def __init__(self) -> None:
         self.latencies: list[float] = []
+        self.error_latencies: list[float] = []  # non-2xx answers: how fast a 503 came back
         self.errors = 0
         self.statuses: Counter[int] = Counter()
 
     def sample(self, elapsed: float) -> Sample:
-        return Sample(self.latencies, self.errors, elapsed, dict(self.statuses))
+        return Sample(
+            self.latencies, self.errors, elapsed, dict(self.statuses), self.error_latencies
+        )
 
 
 async def _one(conn: _Conn, body: bytes, t0: float, timeout_s: float, rec: _Recorder) -> None:
@@ -100,6 +103,7 @@ async def _one(conn: _Conn, body: bytes, t0: float, timeout_s: float, rec: _Reco
     if 200 <= status < 300:
         rec.latencies.append(time.perf_counter() - t0)
     else:
+        rec.error_latencies.append(time.perf_counter() - t0)
         rec.errors += 1
 
 

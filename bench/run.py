@@ -35,7 +35,10 @@ VARIANTS = {  # mlpipe runs with one setting changed, for the tuning table (labe
     # BentoML refuses max_batch_size=1 on a batchable API; 2 is as close to unbatched as it gets
     "batch-2": {"MLPIPE_SERVING__MAX_BATCH_SIZE": "2"},
     "1-worker": {"MLPIPE_SERVING__WORKERS": "1"},
+    # the prediction log's cost end to end: the same path with a sink that drops every row
+    "log-off": {"MLPIPE_PREDLOG__SINK": "none"},
 }
+SECTIONS = ("serving", "predlog", "reliability", "security", "monitor")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,8 +57,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--variants",
         default="",
-        help=f"extra mlpipe runs: {','.join(VARIANTS)} "
-        "or serving settings as KEY=VALUE[+KEY=VALUE]",
+        help=f"extra mlpipe runs: {','.join(VARIANTS)} or settings as "
+        "[SECTION.]KEY=VALUE[+...] (no section: serving), e.g. reliability.max_inflight=16",
     )
     p.add_argument("--home", type=Path, default=RESULTS / "home", help="bench stack (reused)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the bench stack")
@@ -73,17 +76,36 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown systems: {', '.join(sorted(unknown))}")
     a.variants = [v for v in a.variants.split(",") if v]
     for v in a.variants:
-        if v not in VARIANTS and "=" not in v:
-            p.error(f"unknown variant {v!r}: one of {', '.join(VARIANTS)} or serving KEY=VALUE")
+        try:
+            variant_env(v)
+        except ValueError as exc:
+            p.error(str(exc))
     return a
 
 
 def variant_env(label: str) -> dict[str, str]:
-    """``unbatched`` → its env; ``max_latency_ms=50+workers=1`` → MLPIPE_SERVING__* overrides."""
+    """A variant's environment overrides for ``mlpipe serve``.
+
+    A name from ``VARIANTS`` (``log-off`` → ``MLPIPE_PREDLOG__SINK=none``), or
+    ``+``-joined ``[SECTION.]KEY=VALUE`` items: ``reliability.max_inflight=16``
+    → ``MLPIPE_RELIABILITY__MAX_INFLIGHT=16``; a key without a section is a
+    serving key (``workers=1`` → ``MLPIPE_SERVING__WORKERS=1``). Raises
+    ValueError for anything else.
+    """
     if label in VARIANTS:
-        return VARIANTS[label]
-    pairs = (item.split("=", 1) for item in label.split("+"))
-    return {f"MLPIPE_SERVING__{k.upper()}": v for k, v in pairs}
+        return dict(VARIANTS[label])
+    env: dict[str, str] = {}
+    for item in label.split("+"):
+        key, eq, value = item.partition("=")
+        section, dot, name = key.rpartition(".")
+        section = section if dot else "serving"
+        if not eq or not name or not value or section not in SECTIONS:
+            raise ValueError(
+                f"unknown variant {item!r}: one of {', '.join(VARIANTS)} or "
+                f"[SECTION.]KEY=VALUE with SECTION in {', '.join(SECTIONS)}"
+            )
+        env[f"MLPIPE_{section.upper()}__{name.upper()}"] = value
+    return env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,10 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         for label in args.variants:
             port = servers.free_port()
             spec = servers.mlpipe_spec(home, port, variant_env(label), label=label)
-            try:
-                rows += _measure(
-                    spec, port, bodies["mlpipe"], args, rates, log_dir, open_loop=False
-                )
+            try:  # open loop at mlpipe's rates, so a variant's shedding shows next to it
+                rows += _measure(spec, port, bodies["mlpipe"], args, rates, log_dir)
             except (RuntimeError, TimeoutError) as exc:
                 failed.append(f"mlpipe ({label}): {str(exc).splitlines()[-1]}")
                 print(f"bench: mlpipe ({label}) failed: {exc}", file=sys.stderr, flush=True)
@@ -175,8 +195,6 @@ def _measure(
     args: argparse.Namespace,
     rates: list[float],
     log_dir: Path,
-    *,
-    open_loop: bool = True,
 ) -> list[dict[str, Any]]:
     name = spec.name + (f" ({spec.label})" if spec.label else "")
     print(f"bench: {name} starting on :{port}", file=sys.stderr, flush=True)
@@ -196,9 +214,9 @@ def _measure(
             )
             rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
             _progress(rows[-1])
-        if open_loop and spec.name == "mlpipe" and not rates:
+        if spec.name == "mlpipe" and not spec.label and not rates:
             rates[:] = _open_rates(args.open, best_closed(rows, "mlpipe"))
-        for rate in rates if open_loop else []:
+        for rate in rates:
             sample = loadgen.run(
                 lambda r=rate: loadgen.open_loop(
                     host, port, path, body, rate=r, duration_s=args.duration
@@ -239,20 +257,44 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
                 ratio = m32["rps"] / o["rps"]
                 goal = f" (target ≥ {want})" if want else " (fraction of the floor)"
                 out.append(f"  mlpipe / {other} at c=32: {ratio:.2f}{goal}")
-        u = next((r for r in rows if r.get("label") == "batch-2" and r["concurrency"] == 32), None)
+        u = _labelled(rows, "batch-2", concurrency=32)
         if u and u["rps"]:
             out.append(
                 f"  batched (64) / batch-2 at c=32: {m32['rps'] / u['rps']:.2f} (target ≥ 1.25), "
                 f"p99 {m32['p99_ms']} vs {u['p99_ms']} ms"
             )
-    for r in rows:
-        if r["system"] == "mlpipe" and r["mode"] == "open" and not r.get("label"):
-            s503 = (r.get("statuses") or {}).get("503", 0)
+        off = _labelled(rows, "log-off", concurrency=32)
+        if off and off["rps"] and m32["p99_ms"] is not None and off["p99_ms"] is not None:
+            cost = 1 - m32["rps"] / off["rps"]
             out.append(
-                f"mlpipe open {r['rate']:g}/s: p99 {r['p99_ms']} ms, {r['errors']} errors "
-                f"({s503} × 503), {r['rps']:.0f} req/s answered"
+                f"  prediction log on / off at c=32: {m32['rps'] / off['rps']:.2f} "
+                f"({cost:+.1%} throughput cost, target ≤ 5 %), p99 "
+                f"{m32['p99_ms'] - off['p99_ms']:+.2f} ms ({m32['p99_ms']} vs {off['p99_ms']}; "
+                "target ≤ 1 ms)"
+            )
+    for r in rows:
+        if r["system"] == "mlpipe" and r["mode"] == "open":
+            name = f"mlpipe ({r['label']})" if r.get("label") else "mlpipe"
+            s503 = (r.get("statuses") or {}).get("503", 0)
+            e99 = r.get("error_p99_ms")
+            fast = f", errors answered in p99 {e99} ms" if e99 is not None else ""
+            out.append(
+                f"{name} open {r['rate']:g}/s: p99 {r['p99_ms']} ms, {r['errors']} errors "
+                f"({s503} × 503{fast}), {r['rps']:.0f} req/s answered"
             )
     return out
+
+
+def _labelled(rows: list[dict[str, Any]], label: str, **match: Any) -> dict[str, Any] | None:
+    """The first mlpipe row of variant ``label`` whose keys equal ``match``."""
+    return next(
+        (
+            r
+            for r in rows
+            if r.get("label") == label and all(r.get(k) == v for k, v in match.items())
+        ),
+        None,
+    )
 
 
 def _write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:

@@ -45,13 +45,16 @@ class Sample:
 
     ``latencies_s`` holds successful (2xx) responses only; ``errors`` counts
     non-2xx answers (a 503 from the batcher included), timeouts and connection
-    failures. ``elapsed_s`` is the measuring window.
+    failures. ``elapsed_s`` is the measuring window. ``error_latencies_s``
+    holds the non-2xx answers' latencies (timeouts and failed connections have
+    none): whether shedding answers fast.
     """
 
     latencies_s: Sequence[float]
     errors: int
     elapsed_s: float
     statuses: dict[int, int] | None = None
+    error_latencies_s: Sequence[float] | None = None
 
 
 def summarize(
@@ -89,6 +92,10 @@ def summarize(
         row["label"] = label
     if sample.statuses:
         row["statuses"] = {str(k): v for k, v in sorted(sample.statuses.items())}
+    if sample.error_latencies_s:
+        err = sorted(v * 1000.0 for v in sample.error_latencies_s)
+        row["error_p50_ms"] = _ms(percentile(err, 50))
+        row["error_p99_ms"] = _ms(percentile(err, 99))
     return row
 
 

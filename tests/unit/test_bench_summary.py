@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from bench.run import parse, targets, variant_env
 from bench.summary import (
     ROW_KEYS,
     Sample,
@@ -98,3 +99,50 @@ def test_request_stream_is_deterministic_and_never_repeats_a_vector() -> None:
     cases = Cases(size=4)
     seen = {cases.case(i) for i in range(40)}
     assert len(seen) == 40
+
+
+def test_error_latencies_show_how_fast_shedding_answers() -> None:
+    sample = Sample([0.05] * 10, errors=4, elapsed_s=1.0, error_latencies_s=[0.001] * 4)
+    row = summarize("mlpipe", "open", sample, rate=14)
+    check_row(row)
+    assert row["error_p50_ms"] == 1.0 and row["error_p99_ms"] == 1.0
+    assert "error_p99_ms" not in summarize("mlpipe", "open", Sample([0.01], 0, 1.0), rate=1)
+
+
+def test_variant_env_names_a_section_and_defaults_to_serving() -> None:
+    assert variant_env("log-off") == {"MLPIPE_PREDLOG__SINK": "none"}
+    assert variant_env("workers=1") == {"MLPIPE_SERVING__WORKERS": "1"}
+    assert variant_env("reliability.max_inflight=16+max_latency_ms=100") == {
+        "MLPIPE_RELIABILITY__MAX_INFLIGHT": "16",
+        "MLPIPE_SERVING__MAX_LATENCY_MS": "100",
+    }
+    for bad in ("unbatched", "nosuch.key=1", "workers=", "=3"):
+        with pytest.raises(ValueError, match="unknown variant"):
+            variant_env(bad)
+    with pytest.raises(SystemExit):
+        parse(["--variants", "log-off,nosuch.key=1"])
+    assert parse(["--variants", "log-off,reliability.max_inflight=8"]).variants == [
+        "log-off",
+        "reliability.max_inflight=8",
+    ]
+
+
+def test_targets_report_the_log_cost_and_variant_shedding() -> None:
+    rows = [
+        summarize("mlpipe", "closed", Sample([0.010] * 95, 0, 1.0), concurrency=32),
+        summarize(
+            "mlpipe", "closed", Sample([0.009] * 100, 0, 1.0), concurrency=32, label="log-off"
+        ),
+        summarize(
+            "mlpipe",
+            "open",
+            Sample([0.02] * 50, 3, 1.0, {200: 50, 503: 3}, [0.002] * 3),
+            rate=53,
+            label="reliability.max_inflight=16",
+        ),
+    ]
+    lines = targets(rows)
+    log = next(line for line in lines if "prediction log on / off" in line)
+    assert "0.95" in log and "+5.0% throughput cost" in log and "+1.00 ms" in log
+    shed = next(line for line in lines if "max_inflight=16" in line)
+    assert "3 × 503, errors answered in p99 2.0 ms" in shed
