@@ -7,13 +7,14 @@ project home, profile and serving overrides as ``MLPIPE_*`` variables.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from mlpipe.errors import NotFound, StoreUnavailable
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from mlpipe.config import Settings
 
 SERVICE = "service:Scoring"
+_DRAIN_MARGIN_S = 5
 
 
 def service_dir() -> Path:
@@ -39,7 +41,14 @@ def server_command(
     port: int | None = None,
     workers: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """(argv, env) that run ``bentoml serve`` on the scoring service for these settings."""
+    """(argv, env) that run ``bentoml serve`` on the scoring service for these settings.
+
+    On SIGTERM the server drains: each worker stops accepting, answers (and logs)
+    what it has accepted, then closes its log segment in the shutdown hook. A
+    request still running ``serving.request_timeout_s`` + 5 s after the signal is
+    cancelled, so the drain is bounded (inside Kubernetes' default 30 s grace
+    period at the default 10 s timeout) and the segment is still closed cleanly.
+    """
     s = settings.serving
     host = host or s.host
     port = port or s.port
@@ -55,6 +64,8 @@ def server_command(
         host,
         "--port",
         str(port),
+        "--timeout-graceful-shutdown",
+        str(math.ceil(s.request_timeout_s) + _DRAIN_MARGIN_S),
     ]
     env = dict(os.environ)
     env.update(
@@ -70,6 +81,31 @@ def server_command(
     if workers is not None:
         env["MLPIPE_SERVING__WORKERS"] = str(workers)
     return argv, env
+
+
+def exec_server(
+    settings: Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    workers: int | None = None,
+) -> NoReturn:
+    """Replace this process with ``bentoml serve`` (what ``mlpipe serve`` should run).
+
+    An exec, not a child process: a supervisor signals the process it started
+    (Kubernetes and Docker send SIGTERM to the main process only, and a
+    container's PID 1 ignores a signal it has no handler for), so that process
+    must be the server, which drains on SIGTERM. A parent that died on the
+    signal would leave the server running, orphaned. Raises StoreUnavailable
+    when the exec fails.
+    """
+    argv, env = server_command(settings, host=host, port=port, workers=workers)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(argv[0], argv, env)
+    except OSError as exc:
+        raise StoreUnavailable(f"cannot run {argv[0]}: {exc}") from exc
 
 
 class ScoringProcess:
@@ -122,6 +158,24 @@ class ScoringProcess:
         self.stop()
         raise StoreUnavailable(f"the scoring service was not ready in {ready_timeout_s:.0f}s")
 
+    @property
+    def pid(self) -> int:
+        """The ``bentoml serve`` process: the arbiter that owns the socket and the workers.
+
+        This is the process a supervisor signals (Kubernetes and Docker send SIGTERM
+        to the container's main process only); on SIGTERM it stops the workers, each
+        of which finishes the requests it has accepted before it exits.
+        """
+        if self._proc is None:
+            raise StoreUnavailable("the scoring service is not started")
+        return self._proc.pid
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the server to exit; its exit code. Raises subprocess.TimeoutExpired."""
+        if self._proc is None:
+            raise StoreUnavailable("the scoring service is not started")
+        return self._proc.wait(timeout=timeout)
+
     def _ready(self) -> bool:
         import httpx
 
@@ -145,4 +199,4 @@ class ScoringProcess:
             os.killpg(pgid, signal.SIGKILL)  # workers that outlived their parent
 
 
-__all__ = ["SERVICE", "ScoringProcess", "server_command", "service_dir"]
+__all__ = ["SERVICE", "ScoringProcess", "exec_server", "server_command", "service_dir"]
