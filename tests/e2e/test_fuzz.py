@@ -1,9 +1,11 @@
 """Issue-6 acceptance: schemathesis against the running service's own OpenAPI document.
 
 One real server (one worker) with one tenant. Every operation in
-``/docs.json`` gets generated cases, valid (positive) and invalid (negative),
-sent with the tenant's key: no case may get a 5xx, and every 4xx must carry a
-JSON error body. The whole run is bounded by ``BUDGET_S``.
+``/docs.json`` (BentoML's own, ``/predict``, and the Open Inference Protocol
+routes the gateway adds to it) gets generated cases, valid (positive) and
+invalid (negative), sent with the tenant's key: no case may get a 5xx, and
+every 4xx must carry a JSON error body. The whole run is bounded by
+``BUDGET_S``, shared fairly between the operations and modes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.e2e
 
 CASES_PER_MODE = 300  # per operation and generation mode (fewer where the space is smaller)
 BUDGET_S = 90.0
+BODY_WEIGHT = 6
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +65,27 @@ def _aim_at_the_model(case: Any, statuses: Counter[tuple[str, int]]) -> None:
     case.body = {**case.body, "model": "fraud", "features": features}
 
 
+def _aim_at_the_protocol(case: Any, statuses: Counter[tuple[str, int]], positive: bool) -> None:
+    """Every other /v2 case names the served model, so its body reaches the decoder; every
+    other valid infer case of those carries the model's inputs, the rest of the generated
+    request kept."""
+    n = sum(statuses.values())
+    if n % 2 or "name" not in (case.path_parameters or {}):
+        return
+    case.path_parameters = {**case.path_parameters, "name": "fraud"}
+    infer = case.operation.path.endswith("/infer")
+    if n % 4 or not positive or not infer or not isinstance(case.body, dict):
+        return
+    rows = 1 + n % 3
+    inputs = [
+        {"name": name, "datatype": "FP64", "shape": [rows], "data": [1.0 + n % 97 * j] * rows}
+        for j, name in enumerate(("amount", "n_items"), start=1)
+    ]
+    case.body = {**case.body, "inputs": inputs}
+    if not isinstance(case.body.get("id"), str) or len(case.body["id"]) > 64:
+        case.body.pop("id", None)
+
+
 def _fuzz(op: Any, mode: Any, check: Callable[[Any, Any], None]) -> None:
     """Send up to CASES_PER_MODE cases of one operation (no shrinking: a failure is recorded)."""
     from hypothesis import HealthCheck, Phase, given, settings
@@ -97,7 +121,10 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
     operations = [result.ok() for result in schema.get_all_operations()]
     assert any(op.path == "/predict" for op in operations)
 
-    deadline = time.monotonic() + BUDGET_S
+    assert {"/v2/health/ready", "/v2/models/{name}/infer"} <= {op.path for op in operations}
+
+    end = time.monotonic() + BUDGET_S
+    deadline = end
     statuses: Counter[tuple[str, int]] = Counter()
     problems: list[str] = []
     session = requests.Session()
@@ -107,6 +134,8 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
             return
         if case.operation.path == "/predict" and mode.value == "positive":
             _aim_at_the_model(case, statuses)
+        elif case.operation.path.startswith("/v2/"):
+            _aim_at_the_protocol(case, statuses, mode.value == "positive")
         resp = case.call(base_url=served.url, session=session, headers=auth, timeout=15)
         label = case.operation.label
         statuses[(label, resp.status_code)] += 1
@@ -119,9 +148,14 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
                 f"    {case.as_curl_command(headers=auth)}"
             )
 
-    for op in operations:
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            _fuzz(op, mode, check)
+    # An operation with a body has the most to fuzz (and its valid cases are scored):
+    # it gets BODY_WEIGHT shares of the budget; each run gets its shares of what is left,
+    # so time one run leaves over goes to the rest.
+    runs = [(op, mode) for op in operations for mode in GenerationMode]
+    weights = [BODY_WEIGHT if op.method.upper() == "POST" else 1 for op, _ in runs]
+    for i, (op, mode) in enumerate(runs):
+        deadline = time.monotonic() + (end - time.monotonic()) * weights[i] / sum(weights[i:])
+        _fuzz(op, mode, check)
 
     total = sum(statuses.values())
     summary = "\n".join(
@@ -130,4 +164,5 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
     assert not problems, "\n".join(problems) + f"\n{summary}"
     assert total >= 500, summary
     assert statuses[("POST /predict", 200)] >= 50, summary  # the document describes the contract
+    assert statuses[("POST /v2/models/{name}/infer", 200)] >= 10, summary
     assert {label for label, _ in statuses} == {op.label for op in operations}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -87,3 +88,87 @@ def test_json_tensors_and_errors(stack: Any) -> None:
     assert status({"inputs": [one]}, "/v2/models/fraud/versions/1/infer") == 400
     assert httpx.get(f"{stack.server.url}/v2/health/ready").status_code == 200
     assert httpx.get(f"{stack.server.url}/v2/models/nope").status_code == 404
+
+
+def test_answers_match_the_documented_messages(stack: Any) -> None:
+    from mlpipe.serving.oip import InferenceResponse, ModelMetadata, openapi
+
+    url = stack.server.url
+    ModelMetadata.model_validate(httpx.get(f"{url}/v2/models/fraud", timeout=30).json())
+    one = [
+        {"name": "amount", "datatype": "FP64", "shape": [1], "data": [80.0]},
+        {"name": "n_items", "datatype": "INT64", "shape": [1], "data": [3]},
+    ]
+    r = httpx.post(f"{url}/v2/models/fraud/infer", json={"id": "doc-1", "inputs": one}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert InferenceResponse.model_validate(r.json()).id == "doc-1"
+
+    doc = httpx.get(f"{url}/docs.json", timeout=30).json()
+    paths, schemas = openapi("ErrorBody")
+    assert set(paths) <= set(doc["paths"]) and set(schemas) <= set(doc["components"]["schemas"])
+    assert "ErrorBody" in doc["components"]["schemas"]
+    assert {"408", "415"} <= set(doc["paths"]["/predict"]["post"]["responses"])
+
+
+def _binary(name: str, datatype: str, raw: bytes) -> tuple[bytes, dict[str, str]]:
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": name,
+                    "datatype": datatype,
+                    "shape": [1],
+                    "parameters": {"binary_data_size": len(raw)},
+                }
+            ]
+        }
+    ).encode()
+    return head + raw, {"inference-header-content-length": str(len(head))}
+
+
+_AMOUNT = {"name": "amount", "datatype": "FP64", "shape": [1], "data": [1.0]}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"inputs": []},
+        {"inputs": [{**_AMOUNT, "shape": [-1]}]},
+        {"inputs": [{**_AMOUNT, "datatype": "FP65"}]},
+        {"inputs": [{**_AMOUNT, "datatype": "INT8", "data": [300]}]},  # out of range
+        {"inputs": [{**_AMOUNT, "datatype": "BYTES", "data": ["x"]}]},  # not a number
+        {"inputs": [{**_AMOUNT, "datatype": "BYTES", "data": [{"a": 1}]}]},
+        {"inputs": [{**_AMOUNT, "shape": [2**40, 2**40], "data": []}]},
+        {"inputs": [{k: v for k, v in _AMOUNT.items() if k != "data"}]},
+        {"inputs": [{**_AMOUNT, "parameters": []}]},
+        {"inputs": [_AMOUNT], "outputs": [{}]},
+        {"inputs": [_AMOUNT], "parameters": 7},
+    ],
+)
+def test_malformed_tensors_get_400_with_a_json_error(stack: Any, body: Any) -> None:
+    r = httpx.post(f"{stack.server.url}/v2/models/fraud/infer", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["status"] == 400 and r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("name", "datatype", "raw", "header"),
+    [
+        ("amount", "FP64", b"\x00" * 5, None),  # not a whole number of FP64s
+        ("amount", "BYTES", b"\xff\x00\x00\x00ab", None),  # an element past the end
+        ("amount", "BYTES", b"\x02\x00\x00\x00\xff\xfe", None),  # not UTF-8
+        ("amount", "FP64", b"\x00" * 8, "twelve"),  # the header is not a byte count
+    ],
+)
+def test_malformed_binary_tensors_get_400(
+    stack: Any, name: str, datatype: str, raw: bytes, header: str | None
+) -> None:
+    body, headers = _binary(name, datatype, raw)
+    if header is not None:
+        headers["inference-header-content-length"] = header
+    headers["content-type"] = "application/octet-stream"
+    r = httpx.post(
+        f"{stack.server.url}/v2/models/fraud/infer", content=body, headers=headers, timeout=30
+    )
+    assert r.status_code == 400, r.text
+    assert r.json()["status"] == 400

@@ -18,8 +18,9 @@ leaves no log row.
 
 BentoML's OpenAPI document (``/docs.json``) describes the batch it sees, a list
 of requests; the gateway rewrites the ``/predict`` operation in it to the
-one-object contract clients actually use, so clients and fuzzers generated
-from the document send what the service accepts.
+one-object contract clients actually use, and adds the Open Inference Protocol
+routes (:func:`mlpipe.serving.oip.openapi`), which BentoML never sees, so
+clients and fuzzers generated from the document send what the service accepts.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlpipe.errors import MlpipeError
+from mlpipe.serving import oip
 from mlpipe.serving import runtime as _runtime
 from mlpipe.serving.pipeline import error_for, new_request_id
 from mlpipe.serving.schema import (
@@ -63,7 +65,9 @@ _ERRORS = {
     "400": "Malformed JSON",
     "401": "Missing or invalid API key",
     "404": "Model not deployed here",
+    "408": "Body not received within serving.request_timeout_s (Connection: close)",
     "413": "Body over the limit",
+    "415": "Body not JSON (Content-Type other than application/json)",
     "422": "Invalid request, or an input the model rejects",
     "429": "Tenant over its rate limit (Retry-After)",
     "500": "The model failed on this request",
@@ -181,7 +185,7 @@ class PredictGateway:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _docs(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass ``/docs.json`` through with the ``/predict`` operation rewritten."""
+        """Pass ``/docs.json`` through with ``/predict`` rewritten and the ``/v2`` routes added."""
 
         async def finish(start: Message, body: bytes) -> None:
             if start.get("status") == 200:
@@ -198,6 +202,9 @@ class PredictGateway:
         if operation is None:
             return doc
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        oip_paths, oip_schemas = oip.openapi("ErrorBody")
+        doc["paths"].update(oip_paths)
+        schemas.update(oip_schemas)
         ref = "#/components/schemas/{model}"
         schemas.setdefault("PredictRequest", PredictRequest.model_json_schema(ref_template=ref))
         schemas["PredictResponse"] = PredictResponse.model_json_schema(ref_template=ref)

@@ -20,21 +20,28 @@ binary when the request asks (``binary_data_output``, or ``binary_data`` on a
 requested output), as ``tritonclient`` does by default.
 
 The deployment picks the version, as for ``/predict``: a versioned infer path
-is refused (400). Errors are ``{"error": ...}`` with the status ``/predict``
-would have given.
+is refused (400). Errors are ``{"error": ..., "status": ...}`` with the status
+``/predict`` would have given. The request and response messages are pydantic
+models here: an infer request is validated against :class:`InferenceRequest`
+(400 naming the field), and :func:`openapi` describes every route from the
+same models for ``/docs.json``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import struct
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+from pydantic.json_schema import models_json_schema
 
 from mlpipe.serving import runtime as _runtime
+from mlpipe.serving.schema import describe_validation_error
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -65,6 +72,117 @@ _NUMPY = {
     "FP32": np.float32,
     "FP64": np.float64,
 }
+
+
+Datatype = Literal[
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "BYTES",
+]
+OutputName = Literal["score", "label", "version", "arm", "request_id"]
+
+
+class _Message(BaseModel):
+    # The protocol lets clients add their own parameters (tritonclient sends some).
+    model_config = ConfigDict(extra="allow")
+
+
+class TensorParameters(_Message):
+    binary_data_size: NonNegativeInt | None = None
+
+
+class RequestInput(_Message):
+    """One input tensor: ``data`` (row-major, flat or nested) or binary bytes after the JSON."""
+
+    name: Annotated[str, Field(min_length=1)]
+    shape: list[NonNegativeInt]
+    datatype: Datatype
+    parameters: TensorParameters | None = None
+    data: list[Any] | None = None
+
+
+class OutputParameters(_Message):
+    binary_data: bool | None = None
+
+
+class RequestOutput(_Message):
+    name: OutputName
+    parameters: OutputParameters | None = None
+
+
+class RequestParameters(_Message):
+    binary_data_output: bool | None = None
+
+
+class InferenceRequest(_Message):
+    """``POST /v2/models/{name}/infer``: the JSON part of the request."""
+
+    id: str | None = None
+    parameters: RequestParameters | None = None
+    inputs: Annotated[list[RequestInput], Field(min_length=1)]
+    outputs: list[RequestOutput] | None = None
+
+
+class TensorMetadata(BaseModel):
+    name: str
+    datatype: Datatype
+    shape: list[int]
+
+
+class ResponseOutput(BaseModel):
+    name: OutputName
+    datatype: Datatype
+    shape: list[int]
+    data: list[Any] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class InferenceResponse(BaseModel):
+    """The infer answer: one row per request row, the versions that answered."""
+
+    model_name: str
+    model_version: str
+    id: str | None = None
+    outputs: list[ResponseOutput]
+    parameters: dict[str, Any]
+
+
+class ModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+    parameters: dict[str, Any]
+
+
+class ServerMetadata(BaseModel):
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class ServerLive(BaseModel):
+    live: bool
+
+
+class ServerReady(BaseModel):
+    ready: bool
+
+
+class ModelReady(BaseModel):
+    name: str
+    ready: bool
 
 
 class ProtocolError(Exception):
@@ -99,7 +217,7 @@ class InferenceProtocol:
         try:
             await self._route(scope, receive, send)
         except ProtocolError as exc:
-            await _reply_json(send, exc.status, {"error": str(exc)})
+            await _reply_json(send, exc.status, {"error": str(exc), "status": exc.status})
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
@@ -143,13 +261,16 @@ class InferenceProtocol:
     async def _infer(self, scope: Scope, receive: Receive, send: Send, served: Any) -> None:
         body = await _read_body(scope, receive, self.max_body_bytes)
         header_len = _header(scope, b"inference-header-content-length")
+        if header_len is not None and not header_len.isdigit():
+            raise ProtocolError("Inference-Header-Content-Length: not a byte count")
         request = decode_request(body, int(header_len) if header_len else None)
         rows = request_rows(served, request, self.max_rows)
         requested_outputs(request)  # refuse unknown outputs before anything is scored
         answers = await asyncio.gather(*(self._predict(scope, row) for row in rows))
         for status, answer in answers:
             if status != 200:
-                await _reply_json(send, status, {"error": answer.get("error", str(answer))})
+                error = {"error": answer.get("error", str(answer)), "status": status}
+                await _reply_json(send, status, error)
                 return
         response = encode_response(served.name, request, [a for _, a in answers])
         await _reply(send, 200, *response)
@@ -252,46 +373,46 @@ def decode_request(body: bytes, header_len: int | None) -> dict[str, Any]:
     """The JSON part of an infer request, each input's ``data`` as a flat numpy array."""
     head, binary = (body, b"") if header_len is None else (body[:header_len], body[header_len:])
     try:
-        request = json.loads(head)
-    except ValueError as exc:
-        raise ProtocolError(f"malformed JSON: {exc}") from exc
-    if not isinstance(request, dict) or not isinstance(request.get("inputs"), list):
-        raise ProtocolError("inputs: a list of tensors is required")
+        request = InferenceRequest.model_validate_json(head).model_dump()
+    except ValidationError as exc:
+        _, message = describe_validation_error(exc)
+        if exc.errors()[0]["type"] == "json_invalid":
+            message = f"malformed JSON: {message}"
+        raise ProtocolError(message) from exc
     offset = 0
     for tensor in request["inputs"]:
-        if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
-            raise ProtocolError("inputs: each tensor needs a name")
-        name, dtype, shape = tensor["name"], tensor.get("datatype"), tensor.get("shape")
-        if dtype not in _NUMPY and dtype != "BYTES":
-            raise ProtocolError(f"inputs.{name}: unsupported datatype {dtype!r}")
-        if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise ProtocolError(f"inputs.{name}: shape must be a list of sizes")
-        size = (tensor.get("parameters") or {}).get("binary_data_size")
+        name, dtype, shape = tensor["name"], tensor["datatype"], tensor["shape"]
+        size = (tensor["parameters"] or {}).get("binary_data_size")
         if size is not None:
-            chunk = binary[offset : offset + int(size)]
-            if len(chunk) != int(size):
+            chunk = binary[offset : offset + size]
+            if len(chunk) != size:
                 raise ProtocolError(f"inputs.{name}: binary data shorter than binary_data_size")
-            offset += int(size)
-            values = _from_binary(chunk, dtype)
-        elif "data" in tensor:
+            offset += size
+            values = _from_binary(chunk, dtype, name)
+        elif tensor["data"] is not None:
             values = _from_json(tensor["data"], dtype, name)
         else:
             raise ProtocolError(f"inputs.{name}: neither data nor binary_data_size")
-        if values.size != int(np.prod(shape)):
+        if values.size != math.prod(shape):
             raise ProtocolError(f"inputs.{name}: {values.size} values for shape {shape}")
         tensor["values"] = values.reshape(shape)
     return request
 
 
-def _from_binary(chunk: bytes, dtype: str) -> np.ndarray:
-    if dtype != "BYTES":
-        return np.frombuffer(chunk, dtype=np.dtype(_NUMPY[dtype]).newbyteorder("<"))
-    items: list[str] = []
-    pos = 0
-    while pos < len(chunk):
-        (n,) = struct.unpack_from("<I", chunk, pos)
-        items.append(chunk[pos + 4 : pos + 4 + n].decode())
-        pos += 4 + n
+def _from_binary(chunk: bytes, dtype: str, name: str) -> np.ndarray:
+    try:
+        if dtype != "BYTES":
+            return np.frombuffer(chunk, dtype=np.dtype(_NUMPY[dtype]).newbyteorder("<"))
+        items: list[str] = []
+        pos = 0
+        while pos < len(chunk):
+            (n,) = struct.unpack_from("<I", chunk, pos)
+            if pos + 4 + n > len(chunk):
+                raise ValueError("an element runs past the end of the data")
+            items.append(chunk[pos + 4 : pos + 4 + n].decode())
+            pos += 4 + n
+    except (ValueError, struct.error) as exc:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError(f"inputs.{name}: binary data is not {dtype}: {exc}") from exc
     return np.array(items, dtype=object)
 
 
@@ -300,7 +421,7 @@ def _from_json(data: Any, dtype: str, name: str) -> np.ndarray:
         if dtype == "BYTES":
             return np.array(data, dtype=object).ravel()
         return np.asarray(data, dtype=_NUMPY[dtype]).ravel()
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"inputs.{name}: data is not {dtype}: {exc}") from exc
 
 
@@ -327,7 +448,13 @@ def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[di
                 f"(inputs: {', '.join([*keys, *features]) or 'none'})"
             )
     for name in features:
-        if name in columns and not np.isfinite(columns[name].astype(np.float64)).all():
+        if name not in columns:
+            continue
+        try:
+            columns[name] = columns[name].astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
+        if not np.isfinite(columns[name]).all():
             raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
     lengths = {len(v) for v in columns.values()}
     if len(lengths) > 1:
@@ -340,7 +467,7 @@ def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[di
     for i in range(n):
         row: dict[str, Any] = {
             "model": served.name,
-            "entity": {k: _entity_value(columns[k][i]) for k in keys if k in columns},
+            "entity": {k: _entity_value(k, columns[k][i]) for k in keys if k in columns},
             "features": {f: float(columns[f][i]) for f in features if f in columns},
         }
         if isinstance(request_id, str) and request_id:
@@ -349,12 +476,17 @@ def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[di
     return rows
 
 
-def _entity_value(value: Any) -> int | str:
+def _entity_value(name: str, value: Any) -> int | str:
     if isinstance(value, bytes):
-        return value.decode()
+        return value.decode(errors="replace")
     if isinstance(value, str):
         return value
-    return int(value)
+    try:
+        if isinstance(value, float | np.floating) and not float(value).is_integer():
+            raise ValueError(f"{value} is not a whole number")
+        return int(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"inputs.{name}: a join key is an integer or a string") from exc
 
 
 def encode_response(
@@ -457,4 +589,88 @@ async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-__all__ = ["InferenceProtocol", "ProtocolError", "decode_request", "model_metadata"]
+_SCHEMAS = "#/components/schemas/{model}"
+_TAG = "Open Inference Protocol"
+_OPEN_ERRORS = {
+    "401": "Missing or invalid API key",
+    "429": "Tenant over its rate limit (Retry-After)",
+}
+_MODEL_ERRORS = {
+    **_OPEN_ERRORS,
+    "404": "Model not deployed here",
+    "503": "Not ready: models still loading",
+}
+_INFER_ERRORS = {
+    **_MODEL_ERRORS,
+    "400": "Malformed JSON, or tensors that do not fit the model's inputs",
+    "408": "Body not received within serving.request_timeout_s",
+    "413": "Body over serving.max_body_bytes",
+    "415": "Body not JSON (nor Triton's binary tensor extension)",
+    "422": "A row /predict refuses (an input missing, not finite, or rejected by the model)",
+    "500": "The model failed on a row",
+}
+
+
+def openapi(error_schema: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(paths, component schemas) describing every route above, for ``/docs.json``.
+
+    Errors refer to ``#/components/schemas/{error_schema}``, which the caller defines.
+    """
+    models: list[type[BaseModel]] = [InferenceRequest, InferenceResponse, ModelMetadata]
+    models += [ServerMetadata, ServerLive, ServerReady, ModelReady]
+    named, top = models_json_schema([(m, "validation") for m in models], ref_template=_SCHEMAS)
+    schemas = dict(top.get("$defs", {}))
+
+    def content(model: type[BaseModel]) -> dict[str, Any]:
+        return {"application/json": {"schema": named[(model, "validation")]}}
+
+    def operation(
+        summary: str, ok: type[BaseModel], errors: dict[str, str], **extra: Any
+    ) -> dict[str, Any]:
+        err = {"application/json": {"schema": {"$ref": _SCHEMAS.format(model=error_schema)}}}
+        responses: dict[str, Any] = {"200": {"description": summary, "content": content(ok)}}
+        responses |= {code: {"description": text, "content": err} for code, text in errors.items()}
+        return {
+            "tags": ["Open Inference Protocol"],
+            "summary": summary,
+            **extra,
+            "responses": responses,
+        }
+
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+    ready = operation("Server readiness", ServerReady, _OPEN_ERRORS)
+    ready["responses"]["503"] = {"description": "Not ready", "content": content(ServerReady)}
+    infer = operation(
+        "Score each row of the input tensors as one /predict request",
+        InferenceResponse,
+        _INFER_ERRORS,
+        parameters=[name],
+        requestBody={"required": True, "content": content(InferenceRequest)},
+    )
+    infer["responses"]["200"]["content"]["application/octet-stream"] = {
+        "schema": {"type": "string", "format": "binary"}
+    }
+    m = f"{PREFIX}/models/{{name}}"
+    paths = {
+        PREFIX: {"get": operation("Server metadata", ServerMetadata, _OPEN_ERRORS)},
+        f"{PREFIX}/health/live": {"get": operation("Server liveness", ServerLive, _OPEN_ERRORS)},
+        f"{PREFIX}/health/ready": {"get": ready},
+        m: {"get": operation("Model metadata", ModelMetadata, _MODEL_ERRORS, parameters=[name])},
+        f"{m}/ready": {
+            "get": operation("Model readiness", ModelReady, _MODEL_ERRORS, parameters=[name])
+        },
+        f"{m}/infer": {"post": infer},
+    }
+    return paths, schemas
+
+
+__all__ = [
+    "InferenceProtocol",
+    "InferenceRequest",
+    "InferenceResponse",
+    "ModelMetadata",
+    "ProtocolError",
+    "decode_request",
+    "model_metadata",
+    "openapi",
+]
