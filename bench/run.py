@@ -199,7 +199,10 @@ def _measure(
     name = spec.name + (f" ({spec.label})" if spec.label else "")
     print(f"bench: {name} starting on :{port}", file=sys.stderr, flush=True)
     rows: list[dict[str, Any]] = []
+    t0 = time.monotonic()
     with servers.running(spec, port, log_dir):
+        ready = time.monotonic()
+        print(f"  {name} ready in {ready - t0:.1f} s", file=sys.stderr, flush=True)
         host, path = "127.0.0.1", spec.path
         loadgen.run(
             lambda: loadgen.closed_loop(
@@ -224,6 +227,12 @@ def _measure(
             )
             rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
             _progress(rows[-1])
+        loaded = time.monotonic()
+    print(
+        f"  {name}: measured {loaded - ready:.1f} s, stopped in {time.monotonic() - loaded:.1f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return rows
 
 
