@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ class App:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         message = await receive()
         self.bodies.append(message["body"])
+        self.received_ns = scope["state"]["received_ns"]
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}", "more_body": False})
 
@@ -83,8 +85,10 @@ def test_a_second_content_type_line_cannot_smuggle_pickle() -> None:
     ],
 )
 def test_json_or_no_content_type_passes_whole(headers: list[tuple[bytes, bytes]]) -> None:
+    before = time.time_ns()
     status, _, _, app = _call([b'{"a":', b" 1}"], headers)
     assert status == 200 and app.bodies == [b'{"a": 1}']
+    assert before <= app.received_ns <= time.time_ns()  # the 504 clock starts at arrival
 
 
 def test_binary_tensors_only_on_the_inference_protocol_with_its_header() -> None:

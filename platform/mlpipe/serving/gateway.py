@@ -7,7 +7,8 @@ per request and before the request joins a batch:
 - refuses a body over ``max_body_bytes`` (413) and malformed JSON (400);
 - validates it (pydantic; 422 naming the field), checks the model is served
   here (404) and that the inputs it needs are there (422);
-- sets ``request_id`` (if absent), ``received_ns`` and ``tenant``;
+- sets ``request_id`` (if absent), ``received_ns`` (when the intake saw the
+  request arrive, else now), ``tenant`` and ``pin``;
 - forwards ``[request]`` and unwraps the one-element answer, giving an error
   item its own status.
 
@@ -118,7 +119,7 @@ class PredictGateway:
         req = req.model_copy(
             update={
                 "request_id": req.request_id or new_request_id(),
-                "received_ns": time.time_ns(),
+                "received_ns": state.get("received_ns") or time.time_ns(),
                 "tenant": state.get("tenant", "default"),
                 "pin": state.get("pin"),
             }

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -55,6 +56,8 @@ class RequestIntake:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        # The request's clock starts here, before its body: the 504 deadline counts from it.
+        scope = {**scope, "state": {**(scope.get("state") or {}), "received_ns": time.time_ns()}}
         headers = dict(reversed(scope["headers"]))  # the first of each wins, as in Starlette
         if not _carries_body(scope["method"], headers):
             await self.app(scope, receive, send)
