@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test audit lint docs bench bench-quick clean
+.PHONY: install demo test audit lint docs bench bench-quick soak clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python -m bench.run --quick
+
+# Not in CI: 10 minutes of steady load, RSS of each server process (SOAK_ARGS="--minutes 1").
+soak: install
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf .mlpipe build/site
