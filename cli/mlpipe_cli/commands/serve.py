@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import typer
 
 from mlpipe_cli import console
@@ -20,16 +18,12 @@ def serve(
     host: str | None = typer.Option(None, "--host", help="Bind address (default: serving.host)."),
 ) -> None:
     """Serve /predict for every deployed model until interrupted."""
-    from mlpipe.serving.server import server_command
+    from mlpipe.serving.server import exec_server, server_command
 
     settings = state.settings()
     argv, env = server_command(settings, host=host, port=port, workers=workers)
     console.status(
         f"serving {settings.home} on http://{env['MLPIPE_SERVING__HOST']}:"
-        f"{env['MLPIPE_SERVING__PORT']} (Ctrl-C stops)"
+        f"{env['MLPIPE_SERVING__PORT']} (Ctrl-C or SIGTERM drains and stops)"
     )
-    try:
-        code = subprocess.call(argv, env=env)
-    except KeyboardInterrupt:
-        code = 0
-    raise typer.Exit(code)
+    exec_server(argv, env)  # this process becomes the server: a supervisor's signal reaches it

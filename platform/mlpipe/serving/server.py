@@ -83,23 +83,16 @@ def server_command(
     return argv, env
 
 
-def exec_server(
-    settings: Settings,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    workers: int | None = None,
-) -> NoReturn:
-    """Replace this process with ``bentoml serve`` (what ``mlpipe serve`` should run).
+def exec_server(argv: list[str], env: dict[str, str]) -> NoReturn:
+    """Replace this process with the server command (what ``mlpipe serve`` runs).
 
     An exec, not a child process: a supervisor signals the process it started
     (Kubernetes and Docker send SIGTERM to the main process only, and a
     container's PID 1 ignores a signal it has no handler for), so that process
     must be the server, which drains on SIGTERM. A parent that died on the
-    signal would leave the server running, orphaned. Raises StoreUnavailable
-    when the exec fails.
+    signal would leave the server running, orphaned. ``argv`` and ``env`` come
+    from :func:`server_command`. Raises StoreUnavailable when the exec fails.
     """
-    argv, env = server_command(settings, host=host, port=port, workers=workers)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
