@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from bench.ab import paired_table
 from bench.run import parse, targets, variant_env
 from bench.summary import (
     ROW_KEYS,
@@ -146,3 +147,22 @@ def test_targets_report_the_log_cost_and_variant_shedding() -> None:
     assert "0.95" in log and "+5.0% throughput cost" in log and "+1.00 ms" in log
     shed = next(line for line in lines if "max_inflight=16" in line)
     assert "3 × 503, errors answered in p99 2.0 ms" in shed
+
+
+def test_ab_pairs_each_round_with_the_baseline_of_the_same_round() -> None:
+    def closed(label: str, rnd: int, n: int, p99_s: float) -> dict[str, object]:
+        row = summarize(
+            "mlpipe", "closed", Sample([p99_s] * n, 0, 1.0), concurrency=32, label=label
+        )
+        return {**row, "round": rnd}
+
+    # the machine slows down in round 1; the paired ratio stays 0.9 in both rounds
+    rows = [
+        closed("default", 0, 100, 0.010),
+        closed("log-off", 0, 90, 0.011),
+        closed("default", 1, 50, 0.020),
+        closed("log-off", 1, 45, 0.022),
+    ]
+    table = paired_table(rows, ["default", "log-off"])
+    line = next(x for x in table.splitlines() if x.startswith("| log-off"))
+    assert "| c=32 | 2 |" in line and "0.900 (0.90–0.90)" in line and "+1.5" in line
