@@ -20,7 +20,7 @@ leaves no log row.
 BentoML's OpenAPI document (``/docs.json``) describes the batch it sees, a list
 of requests; the gateway rewrites the ``/predict`` operation in it to the
 one-object contract clients actually use, and adds the Open Inference Protocol
-routes (:func:`mlpipe.serving.oip.openapi`), which BentoML never sees, so
+routes (:func:`mlpipe.serving.oip_schema.openapi`), which BentoML never sees, so
 clients and fuzzers generated from the document send what the service accepts.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlpipe.errors import MlpipeError
-from mlpipe.serving import oip
+from mlpipe.serving import oip_schema
 from mlpipe.serving import runtime as _runtime
 from mlpipe.serving.pipeline import error_for, new_request_id
 from mlpipe.serving.schema import (
@@ -203,7 +203,7 @@ class PredictGateway:
         if operation is None:
             return doc
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-        oip_paths, oip_schemas = oip.openapi("ErrorBody")
+        oip_paths, oip_schemas = oip_schema.openapi("ErrorBody")
         doc["paths"].update(oip_paths)
         schemas.update(oip_schemas)
         ref = "#/components/schemas/{model}"
