@@ -92,13 +92,13 @@ def _run_with_traffic(
     n: int,
 ) -> None:
     from mlpipe import traffic
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving.server import ScoringProcess, free_port
 
     title, first = changes[0]
     narrate(DemoEvent(title, deployment=first()))
     transactions = demo.feature_repo_path / "data" / "transactions.parquet"
     results: list[tuple[str, traffic.TrafficResult]] = []
-    with ScoringProcess(demo, port=_free_port(), workers=1) as server:
+    with ScoringProcess(demo, port=free_port(), workers=1) as server:
         narrate(DemoEvent("scoring service ready", server.url))
         for seed, (title, change) in enumerate(changes[1:]):
             results.append((f"before: {title}", _phase(server.url, transactions, n, seed)))
@@ -150,14 +150,6 @@ def _drift_report(demo: Settings, narrate: Narrate) -> None:
             table=(["arm", "version", "drifted features"], rows),
         )
     )
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def build_datasets(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,13 +22,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mlpipe.serving.server import free_port
+
 FEATURES = ["amount", "n_items"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _train(path: Path, seed: int) -> Path:
@@ -55,7 +50,7 @@ class Server:
     def __init__(self, home: Path, settings: Any) -> None:
         from mlpipe.serving.server import server_command
 
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.settings = settings
         argv, env = server_command(settings, host="127.0.0.1", port=self.port, workers=1)

@@ -18,7 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.e2e.conftest import _free_port, _train, predlog_rows
+from mlpipe.serving.server import free_port
+from tests.e2e.conftest import _train, predlog_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -53,7 +54,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
         "MLPIPE_SECURITY__KEY_REFRESH_S": "0.5",
     }
     server = ScoringProcess(
-        settings, port=_free_port(), workers=1, log_path=home / "server.log", env=env
+        settings, port=free_port(), workers=1, log_path=home / "server.log", env=env
     )
     with server:
         yield SimpleNamespace(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,7 @@ import pytest
 
 from mlpipe import demo
 from mlpipe.config import load_settings
-from mlpipe.serving.server import ScoringProcess
+from mlpipe.serving.server import ScoringProcess, free_port
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e
@@ -51,17 +50,11 @@ def test_demo_runs_the_loop_under_traffic_and_finds_the_drift(demo_run) -> None:
     assert any("amount" in row[2] for row in drift_event.table[1])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_feature_store_gone_serves_defaults_and_counts_them(demo_run) -> None:  # type: ignore[no-untyped-def]
     result, _ = demo_run
     body = {"model": "fraud", "entity": {"customer_id": 7}, "features": {"amount": 42.0}}
     env = {"MLPIPE_SERVING__FEATURE_CACHE_TTL_S": "0"}
-    with ScoringProcess(result, port=_free_port(), env=env) as server:
+    with ScoringProcess(result, port=free_port(), env=env) as server:
         fresh = httpx.post(f"{server.url}/predict", json=body, timeout=30).json()
         assert fresh["features_missing"] == []
         (result.feature_repo_path / "data" / "online_store.db").unlink()

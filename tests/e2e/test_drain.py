@@ -46,7 +46,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import _free_port, _train
+from mlpipe.serving.server import free_port
+from tests.e2e.conftest import _train
 from tests.e2e.test_reliability import _answering, _body, _workers
 
 pytestmark = pytest.mark.e2e
@@ -186,7 +187,7 @@ def _serving(home: Path, launcher: str) -> Iterator[SimpleNamespace]:
         "MLPIPE_SERVING__MAX_LATENCY_MS": "2000",
     }
     log = home / "server.log"
-    port = _free_port()
+    port = free_port()
     scoring: ScoringProcess | None = None
     if launcher == "bentoml serve":
         scoring = ScoringProcess(settings, port=port, workers=2, log_path=log, env=env)

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import _free_port, _train
+from mlpipe.serving.server import free_port
+from tests.e2e.conftest import _train
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +42,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
     info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
     deployments.deploy(settings, "fraud", info.version)
     _, key = security.add_tenant(settings, "fuzzer", rate=100_000, burst=100_000)
-    server = ScoringProcess(settings, port=_free_port(), workers=1, log_path=home / "server.log")
+    server = ScoringProcess(settings, port=free_port(), workers=1, log_path=home / "server.log")
     with server:
         yield SimpleNamespace(url=server.url, key=key, log=home / "server.log")
 

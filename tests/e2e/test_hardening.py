@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import _free_port, _train, predlog_rows
+from mlpipe.serving.server import free_port
+from tests.e2e.conftest import _train, predlog_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +44,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
     data = _train(home, 1)
     info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
     deployments.deploy(settings, "fraud", info.version)
-    port = _free_port()
+    port = free_port()
     server = ScoringProcess(
         settings,
         port=port,

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import _free_port, _train
+from mlpipe.serving.server import free_port
+from tests.e2e.conftest import _train
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +40,7 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleName
     deployments.deploy(settings, "fraud", info.version)
     server = ScoringProcess(
         settings,
-        port=_free_port(),
+        port=free_port(),
         workers=2,
         log_path=home / "server.log",
         env={

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,16 +27,12 @@ from pathlib import Path
 
 import pytest
 
+from mlpipe.serving.server import free_port
+
 ADMIN_URL = os.environ.get("MLPIPE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("MLPIPE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 SERVER_START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _admin_connect():  # type: ignore[no-untyped-def]

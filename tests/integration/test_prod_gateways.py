@@ -22,9 +22,9 @@ import pytest
 
 from mlpipe import deployments, security
 from mlpipe.config import Settings, load_settings
+from mlpipe.serving.server import free_port
 from tests.integration.prod_services import (
     REDIS_URL,
-    free_port,
     postgres_database,
     redis_client,
 )

@@ -16,11 +16,10 @@ import pytest
 
 from mlpipe import deployments, monitoring, registry, traffic, warehouse
 from mlpipe.config import load_settings
-from mlpipe.serving.server import ScoringProcess
+from mlpipe.serving.server import ScoringProcess, free_port
 from tests.conftest import train_toy_model
 from tests.integration.prod_services import (
     REDIS_URL,
-    free_port,
     mlflow_server,
     postgres_database,
     redis_client,

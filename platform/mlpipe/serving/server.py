@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,6 +82,13 @@ def server_command(
     if workers is not None:
         env["MLPIPE_SERVING__WORKERS"] = str(workers)
     return argv, env
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (the OS picks it; another process may take it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def exec_server(argv: list[str], env: dict[str, str]) -> NoReturn:
@@ -192,4 +200,11 @@ class ScoringProcess:
             os.killpg(pgid, signal.SIGKILL)  # workers that outlived their parent
 
 
-__all__ = ["SERVICE", "ScoringProcess", "exec_server", "server_command", "service_dir"]
+__all__ = [
+    "SERVICE",
+    "ScoringProcess",
+    "exec_server",
+    "free_port",
+    "server_command",
+    "service_dir",
+]
