@@ -8,8 +8,6 @@ teardown checks that nothing of it is left.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving.server import ScoringProcess, free_port
 
 FEATURES = ["amount", "n_items"]
 
@@ -46,49 +44,18 @@ def _skops_files(home: Path) -> set[Path]:
     return set(home.rglob("model.skops"))
 
 
-class Server:
+class Server(ScoringProcess):
+    """The module's server: one worker, a long batch window and fast reloads for a loaded CI box."""
+
     def __init__(self, home: Path, settings: Any) -> None:
-        from mlpipe.serving.server import server_command
-
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            "MLPIPE_SERVING__MAX_LATENCY_MS": "2000",
+            "MLPIPE_SERVING__RELOAD_INTERVAL_S": "0.5",
+            "MLPIPE_PREDLOG__FSYNC_INTERVAL_S": "0.1",
+        }
+        log_path = home / "server.log"
+        super().__init__(settings, port=free_port(), workers=1, log_path=log_path, env=env)
         self.settings = settings
-        argv, env = server_command(settings, host="127.0.0.1", port=self.port, workers=1)
-        env["MLPIPE_SERVING__MAX_LATENCY_MS"] = "2000"
-        env["MLPIPE_SERVING__RELOAD_INTERVAL_S"] = "0.5"
-        env["MLPIPE_PREDLOG__FSYNC_INTERVAL_S"] = "0.1"
-        self.log_path = home / "server.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            argv, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited:\n{self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"server not ready:\n{self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        pgid = self.proc.pid
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-            self.proc.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=10)
-        self._log.close()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -162,7 +129,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
     deployments.deploy(settings, "fraud", versions[1])
     server = Server(home, settings)
     try:
-        server.wait_ready()
+        server.start()
         models = {v: registry.load_verified(settings, "fraud", v) for v in versions.values()}
         yield SimpleNamespace(
             home=home,
@@ -176,6 +143,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
     finally:
         server.stop()
         leftover = subprocess.run(
-            ["pgrep", "-g", str(server.proc.pid)], capture_output=True, text=True
+            ["pgrep", "-g", str(server.pid)], capture_output=True, text=True
         ).stdout.split()
         assert not leftover, f"stray server processes: {leftover}"
