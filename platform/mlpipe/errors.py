@@ -61,6 +61,13 @@ class StoreUnavailable(MlpipeError):
     http_status = 503
 
 
+class StoreBusy(StoreUnavailable):
+    """A store answered but stayed contended (locked) through every retry.
+
+    Nothing was changed, so the same call can simply be run again; the message says so.
+    """
+
+
 __all__ = [
     "CheckFailed",
     "ConfigError",
@@ -69,5 +76,6 @@ __all__ = [
     "InvalidInput",
     "MlpipeError",
     "NotFound",
+    "StoreBusy",
     "StoreUnavailable",
 ]

@@ -9,18 +9,17 @@ artifact it downloads hashes to the registered value.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.config import Settings
 from mlpipe.errors import IntegrityError, InvalidInput, NotFound
-from mlpipe.registry import _artifacts, _flavors, _lineage
-from mlpipe.registry._client import client, experiment_id, mlflow_errors
+from mlpipe.registry import _artifacts, _flavors, _lineage, _registration
+from mlpipe.registry._client import client, mlflow_errors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -218,39 +217,26 @@ def _log_and_register(
     tags: dict[str, str],
     description: str | None,
 ) -> VersionInfo:
-    import mlflow
     from mlflow.models import infer_signature
 
-    c = client(settings)
     flavor = _flavors.FLAVORS[tags[TAG + "flavor"]]()
     x = frame[features]
-    signature = infer_signature(x.head(100), _check_scores(flavor, model, x.head(100)))
+    with warnings.catch_warnings():  # MLflow's hint about integer columns, on every call
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+        signature = infer_signature(x.head(100), _check_scores(flavor, model, x.head(100)))
     reference = frame[features].assign(label=frame[label].to_numpy())
     reference = reference.sample(min(len(reference), REFERENCE_ROWS), random_state=0)
-    quiet = contextlib.redirect_stdout(io.StringIO())  # MLflow writes "View run" links
-    with mlflow_errors("registry"), tempfile.TemporaryDirectory() as tmp, quiet:
-        with mlflow.start_run(experiment_id=experiment_id(settings)) as run:
-            mlflow.log_metrics(
-                {
-                    k[len(TAG + "metric.") :]: float(v)
-                    for k, v in tags.items()
-                    if k.startswith(TAG + "metric.")
-                }
-            )
-            info = flavor.log(model, signature, tags)
-            ref_path = Path(tmp) / "reference.parquet"
-            reference.to_parquet(ref_path, index=False)
-            mlflow.log_artifact(str(ref_path), "reference")
-        tags[TAG + "reference_uri"] = f"runs:/{run.info.run_id}/reference/reference.parquet"
-        with contextlib.redirect_stderr(io.StringIO()):  # MLflow eprints its progress
-            mv = mlflow.register_model(info.model_uri, name, tags=tags)
-        local = mlflow.artifacts.download_artifacts(mv.source, dst_path=str(Path(tmp) / "check"))
-        c.set_model_version_tag(
-            name, mv.version, TAG + "artifact_sha256", _lineage.tree_sha256(Path(local))
-        )
-        if description:
-            c.update_model_version(name, mv.version, description=description)
-    return show(settings, f"{name}/{mv.version}")
+    mv = _registration.log_and_register(
+        settings,
+        name,
+        flavor=flavor,
+        model=model,
+        signature=signature,
+        reference=reference,
+        tags=tags,
+        description=description,
+    )
+    return _version_info(mv)
 
 
 def _check_scores(flavor: _flavors.ModelFlavor, model: Any, x: pd.DataFrame) -> np.ndarray:
@@ -290,6 +276,10 @@ def show(settings: Settings, ref: str) -> VersionInfo:
         else:
             versions = c.search_model_versions(f"name='{name}'")
             mv = max(versions, key=lambda v: int(v.version))
+    return _version_info(mv)
+
+
+def _version_info(mv: Any) -> VersionInfo:
     return VersionInfo(
         name=mv.name,
         version=str(mv.version),

@@ -81,6 +81,7 @@ class SklearnFlavor(ModelFlavor):
             serialization_format="skops",
             skops_trusted_types=json.loads(tags[TAG + "skops_trusted_types"]),
             signature=signature,
+            pip_requirements=sklearn_requirements(json.loads(tags[TAG + "skops_trusted_types"])),
         )
 
     def load(self, local: Path, tags: dict[str, str]) -> Any:
@@ -93,6 +94,38 @@ class SklearnFlavor(ModelFlavor):
         from mlpipe.registry import _artifacts
 
         return _artifacts.positive_scores(model)  # type: ignore[no-any-return]
+
+
+# The distributions behind the modules whose types mlpipe trusts without --trust.
+_DISTRIBUTIONS = {
+    "sklearn": "scikit-learn",
+    "lightgbm": "lightgbm",
+    "numpy": "numpy",
+    "scipy": "scipy",
+}
+
+
+def sklearn_requirements(trusted_types: list[str]) -> list[str] | None:
+    """Pinned pip requirements for a skops-stored model, or None to let MLflow infer them.
+
+    MLflow infers requirements by loading the model in a fresh Python process,
+    which costs several seconds a registration (and more under contention). When
+    every type the model holds comes from a library mlpipe pins, the list is
+    known without that: the model libraries, skops, and what skops loads with.
+    A type from anywhere else (named with ``--trust``) leaves it to MLflow.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    modules = {t.split(".", 1)[0] for t in trusted_types} - {"collections"}
+    if not modules <= _DISTRIBUTIONS.keys():
+        return None
+    wanted = sorted(
+        {"scikit-learn", "skops", "numpy", "scipy"} | {_DISTRIBUTIONS[m] for m in modules}
+    )
+    try:
+        return [f"{dist}=={version(dist)}" for dist in wanted]
+    except PackageNotFoundError:
+        return None
 
 
 class TorchFlavor(ModelFlavor):
