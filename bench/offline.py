@@ -145,9 +145,15 @@ def measure(sync_rows: int, drift_rows: int, repeats: int = 2) -> list[dict[str,
             }
         )
         ref_n, cur_n = ref.iloc[:drift_rows], cur.iloc[:drift_rows]
-        evid, html, mine = [], [], []
+        evid, html, mine, reads = [], [], [], []
         verdict = None
         for _ in range(repeats):
+            t0 = time.perf_counter()
+            for start in (end - 2 * HOUR, end - HOUR):  # what drift reads before Evidently runs
+                warehouse.prediction_window(
+                    tuned, MODEL, start, start + HOUR, sample_rows=drift_rows, seed=7
+                )
+            reads.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             snapshot = run_evidently(cur_n, ref_n, share)
             evid.append(time.perf_counter() - t0)
@@ -170,6 +176,7 @@ def measure(sync_rows: int, drift_rows: int, repeats: int = 2) -> list[dict[str,
         size = f"{drift_rows // 1000}k rows × 20 features + prediction"
         out.append(_seconds_row(f"Evidently alone: report.run ({size})", evid))
         out.append(_seconds_row("Evidently alone: save_html + save_json", html))
+        out.append(_seconds_row("mlpipe drift's warehouse reads (both windows)", reads))
         out.append(
             _seconds_row(
                 f"mlpipe monitor drift ({size}; verdict {verdict.verdict}, "
@@ -191,5 +198,7 @@ def _seconds_row(name: str, secs: list[float], rows: int | None = None) -> dict[
         "calls": len(secs),
         "p50_us": round(med * 1e6, 1),
         "p99_us": round(max(secs) * 1e6, 1),
+        "min_us": round(min(secs) * 1e6, 1),
+        "runs_s": [round(x, 3) for x in secs],
         "rows_per_s" if rows else "calls_per_s": _rate((rows or 1) / med) if med > 0 else None,
     }
