@@ -60,6 +60,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"extra mlpipe runs: {','.join(VARIANTS)} or settings as "
         "[SECTION.]KEY=VALUE[+...] (no section: serving), e.g. reliability.max_inflight=16",
     )
+    p.add_argument(
+        "--parallel-start",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="start every system at once, then measure one at a time (default: with --quick)",
+    )
     p.add_argument("--home", type=Path, default=RESULTS / "home", help="bench stack (reused)")
     p.add_argument("--rebuild", action="store_true", help="rebuild the bench stack")
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -70,6 +76,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     a.duration = a.duration or (2.0 if a.quick else 10.0)
     a.warmup = a.warmup if a.warmup is not None else (1.0 if a.quick else 3.0)
     a.open = [x for x in (a.open or ("0.8" if a.quick else "0.8,1.5")).split(",") if x]
+    a.parallel_start = a.quick if a.parallel_start is None else a.parallel_start
     a.systems = [s for s in a.systems.split(",") if s]
     unknown = set(a.systems) - set(SYSTEMS)
     if unknown:
@@ -131,29 +138,37 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = args.out / "logs"
     order = [s for s in SYSTEMS if s in args.systems]
     failed: list[str] = []
-    try:
-        for system in order:
+    plan: list[tuple[str, servers.SystemSpec, int]] = []
+    for system in order:
+        port = servers.free_port()
+        while any(port == taken for _, _, taken in plan):  # all bound at once when parallel
             port = servers.free_port()
-            if system == "mlpipe":
-                spec = servers.mlpipe_spec(home, port)
-            elif system in ("bentoml", "bentoml-tuned"):
-                spec = servers.bentoml_spec(
-                    home,
-                    port,
-                    tuned=system == "bentoml-tuned",
-                    workers=serving.workers,
-                    max_batch_size=serving.max_batch_size,
-                    max_latency_ms=serving.max_latency_ms,
-                )
-            elif system == "mlflow":
-                spec = servers.mlflow_spec(home, port)
-            else:
-                spec = servers.floor_spec(port, serving.workers)
-            try:
-                rows += _measure(spec, port, bodies[system], args, rates, log_dir)
-            except (RuntimeError, TimeoutError) as exc:  # one system failing does not end the run
-                failed.append(f"{system}: {str(exc).splitlines()[-1]}")
-                print(f"bench: {system} failed: {exc}", file=sys.stderr, flush=True)
+        if system == "mlpipe":
+            spec = servers.mlpipe_spec(home, port)
+        elif system in ("bentoml", "bentoml-tuned"):
+            spec = servers.bentoml_spec(
+                home,
+                port,
+                tuned=system == "bentoml-tuned",
+                workers=serving.workers,
+                max_batch_size=serving.max_batch_size,
+                max_latency_ms=serving.max_latency_ms,
+            )
+        elif system == "mlflow":
+            spec = servers.mlflow_spec(home, port)
+        else:
+            spec = servers.floor_spec(port, serving.workers)
+        plan.append((system, spec, port))
+    try:
+        if args.parallel_start:
+            rows += _measure_together(plan, bodies, args, rates, log_dir, failed)
+        else:
+            for system, spec, port in plan:
+                try:
+                    rows += _measure(spec, port, bodies[system], args, rates, log_dir)
+                except (RuntimeError, TimeoutError) as exc:  # one failing does not end the run
+                    failed.append(f"{system}: {str(exc).splitlines()[-1]}")
+                    print(f"bench: {system} failed: {exc}", file=sys.stderr, flush=True)
         for label in args.variants:
             port = servers.free_port()
             spec = servers.mlpipe_spec(home, port, variant_env(label), label=label)
@@ -170,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "quick": args.quick,
         "duration_s": args.duration,
+        "parallel_start": args.parallel_start,
         "serving": serving.model_dump(),
         "wall_s": round(time.monotonic() - started, 1),
         "failed": failed,
@@ -196,43 +212,92 @@ def _measure(
     rates: list[float],
     log_dir: Path,
 ) -> list[dict[str, Any]]:
+    """Start one system, load it, stop it (RuntimeError / TimeoutError if it does not start)."""
     name = spec.name + (f" ({spec.label})" if spec.label else "")
     print(f"bench: {name} starting on :{port}", file=sys.stderr, flush=True)
-    rows: list[dict[str, Any]] = []
     t0 = time.monotonic()
     with servers.running(spec, port, log_dir):
-        ready = time.monotonic()
-        print(f"  {name} ready in {ready - t0:.1f} s", file=sys.stderr, flush=True)
-        host, path = "127.0.0.1", spec.path
-        loadgen.run(
-            lambda: loadgen.closed_loop(
-                host, port, path, body, concurrency=max(args.concurrency), duration_s=args.warmup
+        print(f"  {name} ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+        rows = _load(spec, port, body, args, rates)
+        loaded = time.monotonic()
+    print(f"  {name} stopped in {time.monotonic() - loaded:.1f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def _measure_together(
+    plan: list[tuple[str, servers.SystemSpec, int]],
+    bodies: dict[str, loadgen.BodyFactory],
+    args: argparse.Namespace,
+    rates: list[float],
+    log_dir: Path,
+    failed: list[str],
+) -> list[dict[str, Any]]:
+    """Start every system at once, wait until all are ready, then load each and stop it.
+
+    Starting is what takes a quick run's time (15-45 s a system here, mostly
+    imports); started together it overlaps. No load runs before every system
+    is ready, and each is stopped once measured, so a measured system shares
+    the machine only with idle servers.
+    """
+    t0 = time.monotonic()
+    started = [(system, servers.start(spec, port, log_dir)) for system, spec, port in plan]
+    names = ", ".join(system for system, _, _ in plan)
+    print(f"bench: started {names} together", file=sys.stderr, flush=True)
+    ready: list[tuple[str, servers.Started]] = []
+    for system, proc in started:
+        try:
+            servers.wait_ready(proc)
+            ready.append((system, proc))
+        except (RuntimeError, TimeoutError) as exc:  # one system failing does not end the run
+            servers.stop(proc)
+            failed.append(f"{system}: {str(exc).splitlines()[-1]}")
+            print(f"bench: {system} failed: {exc}", file=sys.stderr, flush=True)
+    print(f"  all ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    rows: list[dict[str, Any]] = []
+    for system, proc in ready:
+        try:
+            rows += _load(proc.spec, proc.port, bodies[system], args, rates)
+        finally:
+            servers.stop(proc)
+    return rows
+
+
+def _load(
+    spec: servers.SystemSpec,
+    port: int,
+    body: loadgen.BodyFactory,
+    args: argparse.Namespace,
+    rates: list[float],
+) -> list[dict[str, Any]]:
+    """Warm a ready system up, then measure it closed loop at each concurrency and open loop."""
+    name = spec.name + (f" ({spec.label})" if spec.label else "")
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    host, path = "127.0.0.1", spec.path
+    loadgen.run(
+        lambda: loadgen.closed_loop(
+            host, port, path, body, concurrency=max(args.concurrency), duration_s=args.warmup
+        )
+    )
+    for c in args.concurrency:
+        sample = loadgen.run(
+            lambda c=c: loadgen.closed_loop(
+                host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5
             )
         )
-        for c in args.concurrency:
-            sample = loadgen.run(
-                lambda c=c: loadgen.closed_loop(
-                    host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5
-                )
+        rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
+        _progress(rows[-1])
+    if spec.name == "mlpipe" and not spec.label and not rates:
+        rates[:] = _open_rates(args.open, best_closed(rows, "mlpipe"))
+    for rate in rates:
+        sample = loadgen.run(
+            lambda r=rate: loadgen.open_loop(
+                host, port, path, body, rate=r, duration_s=args.duration
             )
-            rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
-            _progress(rows[-1])
-        if spec.name == "mlpipe" and not spec.label and not rates:
-            rates[:] = _open_rates(args.open, best_closed(rows, "mlpipe"))
-        for rate in rates:
-            sample = loadgen.run(
-                lambda r=rate: loadgen.open_loop(
-                    host, port, path, body, rate=r, duration_s=args.duration
-                )
-            )
-            rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
-            _progress(rows[-1])
-        loaded = time.monotonic()
-    print(
-        f"  {name}: measured {loaded - ready:.1f} s, stopped in {time.monotonic() - loaded:.1f} s",
-        file=sys.stderr,
-        flush=True,
-    )
+        )
+        rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
+        _progress(rows[-1])
+    print(f"  {name}: measured {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return rows
 
 

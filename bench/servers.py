@@ -128,30 +128,55 @@ def install_signal_handlers() -> None:
         signal.signal(sig, _on_signal)
 
 
-@contextlib.contextmanager
-def running(spec: SystemSpec, port: int, log_dir: Path, timeout_s: float = 180.0) -> Iterator[int]:
-    """Start ``spec`` on ``port``, wait until it is ready, yield the port; always stop it."""
+@dataclass
+class Started:
+    """A system whose process is running (maybe not ready yet)."""
+
+    spec: SystemSpec
+    port: int
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+
+def start(spec: SystemSpec, port: int, log_dir: Path) -> Started:
+    """Start ``spec`` on ``port`` in a new session, logging into ``log_dir`` (see stop_all)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{spec.name}{'-' + spec.label if spec.label else ''}.log"
-    env = {**spec.env, **spec.extra_env}
-    with log_path.open("wb") as log:
+    with log_path.open("wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
             spec.argv,
-            env=env,
+            env={**spec.env, **spec.extra_env},
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        _STARTED.append(proc)
-        try:
-            _wait_ready(proc, port, spec.ready_path, timeout_s, log_path)
-            yield port
-        finally:
-            _stop(proc)
-            with contextlib.suppress(ValueError):
-                _STARTED.remove(proc)
+    _STARTED.append(proc)
+    return Started(spec, port, proc, log_path)
+
+
+def wait_ready(started: Started, timeout_s: float = 180.0) -> None:
+    """Return once it answers its ready path; RuntimeError if it exits, TimeoutError if slow."""
+    _wait_ready(started.proc, started.port, started.spec.ready_path, timeout_s, started.log_path)
+
+
+def stop(started: Started) -> None:
+    """Stop the system's process groups (SIGTERM, then SIGKILL)."""
+    _stop(started.proc)
+    with contextlib.suppress(ValueError):
+        _STARTED.remove(started.proc)
+
+
+@contextlib.contextmanager
+def running(spec: SystemSpec, port: int, log_dir: Path, timeout_s: float = 180.0) -> Iterator[int]:
+    """Start ``spec`` on ``port``, wait until it is ready, yield the port; always stop it."""
+    started = start(spec, port, log_dir)
+    try:
+        wait_ready(started, timeout_s)
+        yield port
+    finally:
+        stop(started)
 
 
 def _wait_ready(
