@@ -1,8 +1,9 @@
 """``python -m bench.run [--quick]``: the side-by-side serving benchmark.
 
 Builds (or reuses) the bench home, then starts each system in turn on
-loopback, drives it closed-loop at each concurrency and open-loop at rates
-derived from mlpipe's measured saturation, stops it, and writes
+loopback (``--quick``: all at once, measured one at a time), drives it
+closed-loop at each concurrency and open-loop at rates derived from mlpipe's
+measured saturation, stops it, and writes
 ``bench/results/<timestamp>.json``, ``latest.json``, ``latest.md`` and
 ``latest.png``. It asserts no timing: the target check it prints is
 information. Every server it starts is stopped, on failure too.
