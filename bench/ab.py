@@ -29,6 +29,7 @@ from bench import loadgen, servers
 from bench.run import RESULTS, variant_env
 from bench.summary import summarize
 from bench.workload import Cases, ensure_home, mlpipe_bodies
+from mlpipe.serving.server import free_port
 
 BASELINE = "default"
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with contextlib.ExitStack() as stack:
             for label in args.variants:
-                port = servers.free_port()
+                port = free_port()
                 env = {} if label == BASELINE else variant_env(label)
                 spec = servers.mlpipe_spec(home, port, env, label=label)
                 print(f"bench.ab: starting mlpipe ({label})", file=sys.stderr, flush=True)

@@ -29,6 +29,7 @@ from bench.workload import (
     mlpipe_bodies,
     v1_features,
 )
+from mlpipe.serving.server import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -141,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     plan: list[tuple[str, servers.SystemSpec, int]] = []
     for system in order:
-        port = servers.free_port()
+        port = free_port()
         while any(port == taken for _, _, taken in plan):  # all bound at once when parallel
-            port = servers.free_port()
+            port = free_port()
         if system == "mlpipe":
             spec = servers.mlpipe_spec(home, port)
         elif system in ("bentoml", "bentoml-tuned"):
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append(f"{system}: {str(exc).splitlines()[-1]}")
                     print(f"bench: {system} failed: {exc}", file=sys.stderr, flush=True)
         for label in args.variants:
-            port = servers.free_port()
+            port = free_port()
             spec = servers.mlpipe_spec(home, port, variant_env(label), label=label)
             try:  # open loop at mlpipe's rates, so a variant's shedding shows next to it
                 rows += _measure(spec, port, bodies["mlpipe"], args, rates, log_dir)

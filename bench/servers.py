@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,12 +36,6 @@ class SystemSpec:
     ready_path: str  # GET until it answers 200
     label: str | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _children() -> dict[int, list[int]]:

@@ -27,6 +27,7 @@ from typing import Any
 from bench import loadgen, servers
 from bench.summary import Sample, summarize
 from bench.workload import Cases, ensure_home, mlpipe_bodies
+from mlpipe.serving.server import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MB = 1024 * 1024
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     _say(f"stack in {args.home} ...")
     home = ensure_home(args.home)
-    port = servers.free_port()
+    port = free_port()
     overrides = {"MLPIPE_SERVING__WORKERS": str(args.workers)} if args.workers else {}
     spec = servers.mlpipe_spec(home, port, overrides, label="soak")
     body = mlpipe_bodies(Cases())
