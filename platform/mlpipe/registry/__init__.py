@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mlpipe.config import Settings
 from mlpipe.errors import IntegrityError, InvalidInput, NotFound
 from mlpipe.registry import _artifacts, _flavors, _lineage, _registration
-from mlpipe.registry._client import client, mlflow_errors
+from mlpipe.registry._client import client, download_tree, mlflow_errors
 
 if TYPE_CHECKING:
     import numpy as np
@@ -310,13 +310,22 @@ def list_models(settings: Settings) -> list[ModelSummary]:
 
 
 def require_model(settings: Settings, name: str) -> None:
-    """Raise NotFound unless ``name`` is a registered model."""
+    """Raise NotFound unless ``name`` is a registered model; StoreUnavailable when the
+    registry cannot be asked (an outage is never reported as a missing model)."""
     from mlflow.exceptions import MlflowException
 
     try:
         client(settings).get_registered_model(name)
     except MlflowException as exc:
+        if not _absent(exc):
+            with mlflow_errors(f"model {name}"):
+                raise
         raise NotFound(f"no registered model named {name!r}") from exc
+
+
+def _absent(exc: Any) -> bool:
+    """An MLflow error that means "no such thing" (an invalid name cannot exist either)."""
+    return exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
 
 
 def require_version(settings: Settings, name: str, version: str) -> None:
@@ -332,7 +341,11 @@ def _get_version(settings: Settings, name: str, version: str) -> Any:
     try:
         return c.get_model_version(name, str(version))
     except MlflowException as exc:
-        versions = sorted(int(v.version) for v in c.search_model_versions(f"name='{name}'"))
+        if not _absent(exc):
+            with mlflow_errors(f"{name}/{version}"):
+                raise
+        with mlflow_errors(f"versions of {name}"):
+            versions = sorted(int(v.version) for v in c.search_model_versions(f"name='{name}'"))
         have = ", ".join(map(str, versions)) or "none"
         raise NotFound(f"{name} has no version {version} (versions: {have})") from exc
 
@@ -361,16 +374,16 @@ def load_verified(settings: Settings, name: str, version: str) -> LoadedModel:
     """Download, verify (sha256 against the registry tag) and load one version.
 
     Raises IntegrityError if the artifact's bytes differ from what was
-    registered (or no hash was recorded), NotFound if the version is unknown.
+    registered (or no hash was recorded), NotFound if the version is unknown,
+    StoreUnavailable if the registry or its artifact store cannot be reached
+    (or hands back no files).
     """
-    import mlflow
-
     info = show(settings, f"{name}/{version}")
     expected = info.tags.get(TAG + "artifact_sha256")
     if not expected:
         raise IntegrityError(f"{name}/{version} has no {TAG}artifact_sha256 tag; refusing to load")
     with mlflow_errors(f"{name}/{version}"), tempfile.TemporaryDirectory() as tmp:
-        local = Path(mlflow.artifacts.download_artifacts(info.source, dst_path=tmp))
+        local = download_tree(info.source, tmp, f"artifact of {name}/{version}")
         actual = _lineage.tree_sha256(local)
         if actual != expected:
             raise IntegrityError(

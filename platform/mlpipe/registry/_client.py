@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlpipe.config import Settings
@@ -38,8 +39,6 @@ def _client(registry_uri: str, artifact_root: str, experiment: str) -> MlflowCli
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     if registry_uri.startswith("sqlite:///"):
-        from pathlib import Path
-
         Path(registry_uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     with mlflow_errors("registry"):
         c = MlflowClient(tracking_uri=registry_uri, registry_uri=registry_uri)
@@ -66,6 +65,24 @@ def experiment_id(settings: Settings) -> str:
     exp = client(settings).get_experiment_by_name(settings.experiment)
     assert exp is not None  # created by client()
     return str(exp.experiment_id)
+
+
+def download_tree(uri: str, dst: str, what: str) -> Path:
+    """Download the artifacts at ``uri`` under ``dst``; StoreUnavailable if no file comes back.
+
+    MLflow answers a directory it cannot find (artifact root gone, artifact
+    deleted) with an empty download, not an error; hashed, that would read as
+    an artifact tampered with rather than one that could not be fetched.
+    """
+    import mlflow
+
+    local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=dst))
+    if not any(p.is_file() for p in local.rglob("*")):
+        raise StoreUnavailable(
+            f"{what}: the artifact store returned no files for {uri} "
+            "(the store is unreachable, or the artifact was deleted)"
+        )
+    return local
 
 
 # Lock contention, not an outage: SQLite's busy lock, a lost race for the next

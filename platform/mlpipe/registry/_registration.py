@@ -28,6 +28,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +37,7 @@ from mlpipe.errors import StoreBusy
 from mlpipe.registry import _lineage
 from mlpipe.registry._client import (
     client,
+    download_tree,
     experiment_id,
     first_line,
     is_contention,
@@ -125,10 +127,8 @@ def _attempt(
                 ref_path = Path(tmp) / "reference.parquet"
                 reference.to_parquet(ref_path, index=False)
                 mlflow.log_artifact(str(ref_path), "reference")
-            stored = mlflow.artifacts.download_artifacts(
-                info.model_uri, dst_path=str(Path(tmp) / "check")
-            )
-            tags[TAG + "artifact_sha256"] = _lineage.tree_sha256(Path(stored))
+            stored = download_tree(info.model_uri, str(Path(tmp) / "check"), "logged model")
+            tags[TAG + "artifact_sha256"] = _lineage.tree_sha256(stored)
             tags[TAG + "reference_uri"] = f"runs:/{run_id}/reference/reference.parquet"
             _ensure_registered_model(c, name)
             mv = c.create_model_version(
@@ -191,14 +191,14 @@ def _discard(settings: Settings, run_id: str) -> None:
     try:
         exp = experiment_id(settings)
         models = _retrying(
-            lambda: c.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
+            partial(c.search_logged_models, [exp], filter_string=f"source_run_id = '{run_id}'")
         )
         for m in models:
             _delete_tree(get_artifact_repository, m.artifact_location, m.model_id)
-            _retrying(lambda m=m: c.delete_logged_model(m.model_id))
-        run = _retrying(lambda: c.get_run(run_id))
+            _retrying(partial(c.delete_logged_model, m.model_id))
+        run = _retrying(partial(c.get_run, run_id))
         _delete_tree(get_artifact_repository, run.info.artifact_uri, run_id)
-        _retrying(lambda: c.delete_run(run_id))
+        _retrying(partial(c.delete_run, run_id))
     except Exception as exc:  # noqa: BLE001 - the caller's error is the one to raise
         logger.warning(
             "a failed registration left run %s (or its logged model) behind: %s",

@@ -125,7 +125,7 @@ class GenerationLoader:
             refused_at = self._refused.get((name, generation))
             if refused_at is not None and time.monotonic() - refused_at < self.retry_after_s:
                 continue
-            loaded = self._load(name, have)
+            loaded = self._load(name, generation, have)
             if loaded is not None:
                 models[name] = loaded
         self.models = models
@@ -133,7 +133,13 @@ class GenerationLoader:
             self._ready.set()
             logger.info("ready: serving %s", _describe(models))
 
-    def _load(self, name: str, have: ServingModel | None) -> ServingModel | None:
+    def _load(self, name: str, wanted: int, have: ServingModel | None) -> ServingModel | None:
+        """The model at its current generation, or None (refused: ``have`` keeps serving).
+
+        A refusal is remembered under the generation the record names (or, when the
+        record itself could not be read, the one the poll wanted), so the next polls
+        skip it until ``retry_after_s`` has passed, rather than retrying every poll.
+        """
         record = None
         try:
             record = self._current(self.settings, name)
@@ -147,7 +153,7 @@ class GenerationLoader:
                 else:
                     versions[version] = self._plan(self._load_model(self.settings, name, version))
         except Exception as exc:  # any failure keeps the old generation serving
-            generation = record.generation if record is not None else -1
+            generation = record.generation if record is not None else wanted
             self._refused[(name, generation)] = time.monotonic()
             if self.metrics:
                 self.metrics.reloads.labels(name, "refused").inc()
