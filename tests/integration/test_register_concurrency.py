@@ -29,6 +29,7 @@ from mlpipe.config import load_settings
 from mlpipe.errors import StoreBusy
 from mlpipe.registry import _registration
 from tests.conftest import REPO, train_toy_model
+from tests.integration.register_worker import _in_process
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +215,10 @@ def test_contention_past_the_retries_is_a_clean_retryable_error(
     assert len(calls) == _registration.ATTEMPTS
     assert "\n" not in message and message.endswith("nothing was registered, retry"), message
     assert "database is locked" in message and caught.value.exit_code == 3
+    # the same through the CLI's entry point: exit 3, that one line, no traceback
+    outcome = _in_process(["register", "fraud", "--model", str(model), "--dataset", str(dataset)])
+    assert (outcome["code"], outcome["crash"], outcome["stdout"]) == (3, None, "")
+    assert outcome["stderr"] == f"error: {message}\n"
     assert [str(v.version) for v in registry.client(settings).search_model_versions()] == ["1"]
     _assert_nothing_orphaned(home, settings)
 
