@@ -35,3 +35,14 @@ def test_serve_command_registers() -> None:
     result = CliRunner().invoke(app, ["serve", "--help"])
     assert result.exit_code == 0
     assert "--port" in result.output and "--workers" in result.output
+
+
+def test_serving_workers_give_up_on_a_dead_registry_in_seconds(tmp_path, monkeypatch) -> None:
+    from mlpipe.config import load_settings
+    from mlpipe.serving.server import server_command
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    _, env = server_command(load_settings(home=tmp_path))
+    assert env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "1"
+    assert env["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "3"  # the operator's own value wins

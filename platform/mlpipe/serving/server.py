@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 SERVICE = "service:Scoring"
 _DRAIN_MARGIN_S = 5
+_REGISTRY_RETRIES = {  # the serving workers' MLflow client; the user's own values win
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 
 
 def service_dir() -> Path:
@@ -79,6 +84,10 @@ def server_command(
         # them when a server starts: a home per server keeps each /metrics its own.
         BENTOML_HOME=str(settings.state_path / "bentoml" / f"{host}-{port}"),
     )
+    # A reload poll against a registry server that is down should fail in seconds (the
+    # loaded generation serves meanwhile), not retry for MLflow's default ~4 minutes.
+    for name, value in _REGISTRY_RETRIES.items():
+        env.setdefault(name, value)
     if workers is not None:
         env["MLPIPE_SERVING__WORKERS"] = str(workers)
     return argv, env
