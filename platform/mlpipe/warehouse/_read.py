@@ -116,18 +116,25 @@ def prediction_window(
             .where(*cond)
         )
         sampled = sample_rows is not None and total > sample_rows
-        if sampled and _engine.is_duckdb(settings.warehouse):
+        columns = [*_BASE, "features", "outcome"]
+        columns += ["entity_key", "entity"] if with_entities else []
+        if _engine.is_duckdb(settings.warehouse):
+            # DuckDB hands the columns over as a DataFrame directly: no Python row per result.
             inner = stmt.compile(conn, compile_kwargs={"literal_binds": True})
-            rows = conn.exec_driver_sql(
+            sql = (
                 f"SELECT * FROM ({inner}) AS w "
                 f"USING SAMPLE reservoir({int(sample_rows or 0)} ROWS) REPEATABLE ({int(seed)})"
-            ).all()
-        elif sampled:
-            rows = conn.execute(stmt.order_by(sa.func.random()).limit(sample_rows)).all()
+                if sampled
+                else f"SELECT * FROM ({inner}) AS w ORDER BY ts"
+            )
+            frame = conn.connection.driver_connection.execute(sql).df()
+            frame.columns = columns
         else:
-            rows = conn.execute(stmt.order_by(p.c.ts)).all()
-    columns = [*_BASE, "features", "outcome", *(["entity_key", "entity"] if with_entities else [])]
-    frame = pd.DataFrame(rows, columns=columns)
+            if sampled:
+                rows = conn.execute(stmt.order_by(sa.func.random()).limit(sample_rows)).all()
+            else:
+                rows = conn.execute(stmt.order_by(p.c.ts)).all()
+            frame = pd.DataFrame(rows, columns=columns)
     entities = None
     if with_entities:
         logged = [msgspec.json.decode(e.encode()) for e in frame["entity"]]
