@@ -20,23 +20,17 @@ embedded demo keeps working); ``"on"`` and ``"off"`` force it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.security import TenantDirectory, rate_limiter, retry_after, tenant_store
+from mlpipe.serving.asgi import ASGIApp, Receive, Scope, Send, send_json
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
     from mlpipe.security import RateLimiter
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 logger = logging.getLogger("mlpipe.security")
 
@@ -138,14 +132,7 @@ async def _reply(
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008})
         return
-    data = json.dumps(body).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(data)).encode()),
-        *(extra or []),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data, "more_body": False})
+    await send_json(send, status, body, extra or [])
 
 
 class SecurityMetrics:

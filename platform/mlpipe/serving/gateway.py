@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -36,6 +36,16 @@ from pydantic import ValidationError
 from mlpipe.errors import MlpipeError
 from mlpipe.serving import oip_schema
 from mlpipe.serving import runtime as _runtime
+from mlpipe.serving.asgi import (
+    ASGIApp,
+    ClientDisconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_json,
+)
 from mlpipe.serving.pipeline import error_for, new_request_id
 from mlpipe.serving.schema import (
     PredictRequest,
@@ -43,12 +53,6 @@ from mlpipe.serving.schema import (
     describe_validation_error,
     error_body,
 )
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json")]
 _DOCS = "/docs.json"
@@ -93,7 +97,10 @@ class PredictGateway:
             return
         rt = _runtime.current()
         started = time.perf_counter()
-        body = await self._read_body(scope, receive)
+        try:
+            body = await read_body(scope, receive, self.max_body_bytes)
+        except ClientDisconnected:
+            return  # nobody to answer
         if body is None:
             limit = self.max_body_bytes
             await self._reply(send, rt, error_body(f"body over {limit} bytes", 413))
@@ -125,23 +132,6 @@ class PredictGateway:
             }
         )
         await self._forward(scope, send, rt, req, started)
-
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        for name, value in scope["headers"]:
-            if name == b"content-length" and value.isdigit():
-                if int(value) > self.max_body_bytes:
-                    return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
 
     async def _forward(
         self, scope: Scope, send: Send, rt: Any, req: PredictRequest, started: float
@@ -224,10 +214,7 @@ class PredictGateway:
         status = body["status"]
         if rt is not None:
             rt.metrics.rejected.labels(str(status)).inc()
-        data = json.dumps(body).encode()
-        headers = [*_JSON, (b"content-length", str(len(data)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
+        await send_json(send, status, body)
 
 
 def _json_of(schema: str) -> dict[str, Any]:

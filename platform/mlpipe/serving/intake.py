@@ -26,19 +26,21 @@ request reaches nothing below, so it leaves no prediction-log row.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from mlpipe.serving import runtime as _runtime
+from mlpipe.serving.asgi import (
+    ASGIApp,
+    ClientDisconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_json,
+)
 from mlpipe.serving.schema import error_body
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BINARY_TENSORS = "application/octet-stream"
@@ -70,14 +72,10 @@ class RequestIntake:
         if problem is not None:
             await _refuse(send, error_body(problem, 415))
             return
-        declared = headers.get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.max_body_bytes:
-            await _refuse(send, error_body(f"body over {self.max_body_bytes} bytes", 413))
-            return
         try:
             async with asyncio.timeout(self.timeout_s):
-                body = await _read_body(receive, self.max_body_bytes)
-        except _Disconnected:
+                body = await read_body(scope, receive, self.max_body_bytes)
+        except ClientDisconnected:
             return  # nobody to answer, and nothing below should act on half a body
         except TimeoutError:
             message = f"request body not received within {self.timeout_s:g} s"
@@ -111,27 +109,6 @@ def _content_type_problem(path: str, value: bytes, headers: dict[bytes, bytes]) 
     return f"unsupported content type {media!r}: send the body as application/json"
 
 
-class _Disconnected(Exception):
-    """The client went away before its body was complete."""
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None once it grows past ``limit``; raises if the client leaves."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
 def _replay(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` that gives the read body once, then the client's own messages."""
     given = False
@@ -151,12 +128,7 @@ async def _refuse(send: Send, body: dict[str, Any], *, close: bool = False) -> N
     rt = _runtime.current()
     if rt is not None:
         rt.metrics.rejected.labels(str(status)).inc()
-    data = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data, "more_body": False})
+    await send_json(send, status, body, [(b"connection", b"close")] if close else [])
 
 
 __all__ = ["RequestIntake"]

@@ -33,21 +33,24 @@ import asyncio
 import json
 import math
 import struct
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from mlpipe.serving import runtime as _runtime
+from mlpipe.serving.asgi import (
+    ASGIApp,
+    ClientDisconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+    send_json,
+)
 from mlpipe.serving.oip_schema import PREFIX, InferenceRequest
 from mlpipe.serving.schema import describe_validation_error
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MATRIX_INPUT = "features"
 OUTPUTS = {
@@ -104,8 +107,10 @@ class InferenceProtocol:
             return
         try:
             await self._route(scope, receive, send)
+        except ClientDisconnected:
+            return  # nobody to answer
         except ProtocolError as exc:
-            await _reply_json(send, exc.status, {"error": str(exc), "status": exc.status})
+            await send_json(send, exc.status, {"error": str(exc), "status": exc.status})
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
@@ -113,11 +118,11 @@ class InferenceProtocol:
         rt = _runtime.current()
         ready = rt is not None and rt.ready
         if method == "GET" and parts == []:
-            await _reply_json(send, 200, _server_metadata())
+            await send_json(send, 200, _server_metadata())
         elif method == "GET" and parts == ["health", "live"]:
-            await _reply_json(send, 200, {"live": True})
+            await send_json(send, 200, {"live": True})
         elif method == "GET" and parts == ["health", "ready"]:
-            await _reply_json(send, 200 if ready else 503, {"ready": ready})
+            await send_json(send, 200 if ready else 503, {"ready": ready})
         elif len(parts) >= 2 and parts[0] == "models":
             await self._model_route(scope, receive, send, parts[1], parts[2:])
         else:
@@ -136,9 +141,9 @@ class InferenceProtocol:
             rest = rest[2:]
         served = _served(name)
         if method == "GET" and rest == []:
-            await _reply_json(send, 200, model_metadata(served))
+            await send_json(send, 200, model_metadata(served))
         elif method == "GET" and rest == ["ready"]:
-            await _reply_json(send, 200, {"name": name, "ready": True})
+            await send_json(send, 200, {"name": name, "ready": True})
         elif method == "POST" and rest == ["infer"]:
             await self._infer(scope, receive, send, served)
         else:
@@ -147,7 +152,9 @@ class InferenceProtocol:
     # -- infer --
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, served: Any) -> None:
-        body = await _read_body(scope, receive, self.max_body_bytes)
+        body = await read_body(scope, receive, self.max_body_bytes)
+        if body is None:
+            raise ProtocolError(f"body over {self.max_body_bytes} bytes", 413)
         header_len = _header(scope, b"inference-header-content-length")
         if header_len is not None and not header_len.isdigit():
             raise ProtocolError("Inference-Header-Content-Length: not a byte count")
@@ -158,7 +165,7 @@ class InferenceProtocol:
         for status, answer in answers:
             if status != 200:
                 error = {"error": answer.get("error", str(answer)), "status": status}
-                await _reply_json(send, status, error)
+                await send_json(send, status, error)
                 return
         response = encode_response(served.name, request, [a for _, a in answers])
         await _reply(send, 200, *response)
@@ -448,27 +455,6 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if k == name:
             return v.decode("latin-1")
     return None
-
-
-async def _read_body(scope: Scope, receive: Receive, limit: int) -> bytes:
-    declared = _header(scope, b"content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ProtocolError(f"body over {limit} bytes", 413)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise ProtocolError(f"body over {limit} bytes", 413)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-async def _reply_json(send: Send, status: int, body: dict[str, Any]) -> None:
-    await _reply(send, status, json.dumps(body).encode(), [(b"content-type", b"application/json")])
 
 
 async def _reply(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:

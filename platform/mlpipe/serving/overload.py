@@ -11,17 +11,10 @@ ready while the worker is saturated (:func:`saturated`).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
 from mlpipe.serving import runtime as _runtime
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from mlpipe.serving.asgi import ASGIApp, Receive, Scope, Send, send_json
 
 _state = {"inflight": 0, "limit": 0}
 
@@ -70,15 +63,8 @@ class OverloadGate:
         rt = _runtime.current()
         if rt is not None:
             rt.metrics.rejected.labels("503").inc()
-        data = json.dumps({"error": message, "status": 503}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()),
-            (b"retry-after", self.retry_after),
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": data, "more_body": False})
+        headers = [(b"retry-after", self.retry_after), (b"connection", b"close")]
+        await send_json(send, 503, {"error": message, "status": 503}, headers)
 
 
 def _runtime_ready() -> bool:
