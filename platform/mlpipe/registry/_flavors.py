@@ -75,13 +75,14 @@ class SklearnFlavor(ModelFlavor):
     def log(self, model: Any, signature: Any, tags: dict[str, str]) -> Any:
         import mlflow.sklearn
 
+        trusted = json.loads(tags[TAG + "skops_trusted_types"])
         return mlflow.sklearn.log_model(
             model,
             name="model",
             serialization_format="skops",
-            skops_trusted_types=json.loads(tags[TAG + "skops_trusted_types"]),
+            skops_trusted_types=trusted,
             signature=signature,
-            pip_requirements=sklearn_requirements(json.loads(tags[TAG + "skops_trusted_types"])),
+            pip_requirements=sklearn_requirements(trusted),
         )
 
     def load(self, local: Path, tags: dict[str, str]) -> Any:

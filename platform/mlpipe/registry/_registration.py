@@ -185,8 +185,6 @@ def _link_logged_model(settings: Settings, model_id: str, mv: ModelVersion) -> N
 def _discard(settings: Settings, run_id: str) -> None:
     """Delete a failed attempt's run and logged models, their artifacts first. Never raises:
     what could not be deleted is logged (a warning naming the run)."""
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
     c = client(settings)
     try:
         exp = experiment_id(settings)
@@ -194,10 +192,10 @@ def _discard(settings: Settings, run_id: str) -> None:
             partial(c.search_logged_models, [exp], filter_string=f"source_run_id = '{run_id}'")
         )
         for m in models:
-            _delete_tree(get_artifact_repository, m.artifact_location, m.model_id)
+            _delete_tree(m.artifact_location, m.model_id)
             _retrying(partial(c.delete_logged_model, m.model_id))
         run = _retrying(partial(c.get_run, run_id))
-        _delete_tree(get_artifact_repository, run.info.artifact_uri, run_id)
+        _delete_tree(run.info.artifact_uri, run_id)
         _retrying(partial(c.delete_run, run_id))
     except Exception as exc:  # noqa: BLE001 - the caller's error is the one to raise
         logger.warning(
@@ -207,13 +205,14 @@ def _discard(settings: Settings, run_id: str) -> None:
         )
 
 
-def _delete_tree(repository_for: Callable[[str], Any], uri: str, owner: str) -> None:
+def _delete_tree(uri: str, owner: str) -> None:
     """Delete the artifacts under ``uri``; on local disk also the owner's own directory
     (``<root>/<run id>`` or ``<root>/models/<model id>``), which MLflow leaves empty."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
     from mlflow.utils.file_utils import local_file_uri_to_path
     from mlflow.utils.uri import is_local_uri
 
-    repository_for(uri).delete_artifacts()
+    get_artifact_repository(uri).delete_artifacts()
     if not is_local_uri(uri):
         return
     path = Path(local_file_uri_to_path(uri))
