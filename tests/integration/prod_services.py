@@ -86,38 +86,42 @@ def _dispose_engines(url: str) -> None:
 
 
 class MlflowServer:
-    """A running ``mlflow server``; ``url`` is its loopback HTTP address."""
+    """``mlflow server`` on loopback; ``url`` is its HTTP address. The port stays the same
+    across :meth:`stop` and :meth:`start`, so a test can take the server down and back."""
 
     def __init__(self, backend_url: str, artifacts: Path, log: Path) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
-        self._log_file = log.open("wb")
-        self.process = subprocess.Popen(
-            [
-                MLFLOW,
-                "server",
-                "--backend-store-uri",
-                backend_url,
-                "--artifacts-destination",
-                str(artifacts),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--workers",
-                "1",
-            ],
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group, killed as one in stop()
-        )
+        self.command = [
+            MLFLOW,
+            "server",
+            "--backend-store-uri",
+            backend_url,
+            "--artifacts-destination",
+            str(artifacts),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
 
-    def wait_ready(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
+    def start(self, timeout_s: float = SERVER_START_TIMEOUT_S) -> None:
+        """Start it and wait until ``/health`` answers; RuntimeError if it never does."""
         import httpx
 
+        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own process group, killed as one in stop()
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -131,19 +135,18 @@ class MlflowServer:
         raise RuntimeError(f"mlflow server not healthy after {timeout_s:.0f}s:\n{self._tail()}")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
-            except ProcessLookupError:
-                pass
-        self._log_file.close()
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        except ProcessLookupError:
+            pass
 
     def _tail(self) -> str:
-        self._log_file.flush()
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
 
@@ -153,7 +156,7 @@ def mlflow_server(tmp: Path) -> Iterator[MlflowServer]:
     with postgres_database() as backend:
         server = MlflowServer(backend, tmp / "mlflow-artifacts", tmp / "mlflow-server.log")
         try:
-            server.wait_ready()
+            server.start()
             yield server
         finally:
             server.stop()

@@ -14,9 +14,7 @@ production profile's MLflow tracking server, stopped and started again.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,7 +144,7 @@ def test_prod_registry_server_down_keeps_generation_1_serving(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from tests.integration.prod_services import MLFLOW, free_port, postgres_database
+    from tests.integration.prod_services import MlflowServer, postgres_database
 
     # MLflow's client retries a refused connection for minutes by default; a serving
     # process that sets these fails a poll in seconds (see docs/registry.md).
@@ -154,13 +152,12 @@ def test_prod_registry_server_down_keeps_generation_1_serving(
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     tmp = tmp_path_factory.mktemp("outage-prod")
-    port = free_port()
     with postgres_database() as backend:
-        server = _MlflowServer(MLFLOW, backend, tmp, port)
+        server = MlflowServer(backend, tmp / "artifacts", tmp / "server.log")
         try:
             server.start()
             settings = load_settings(
-                registry_uri=f"http://127.0.0.1:{port}", artifact_root="mlflow-artifacts:/mlpipe"
+                registry_uri=server.url, artifact_root="mlflow-artifacts:/mlpipe"
             )
             _register_two(settings, home)
 
@@ -175,60 +172,6 @@ def test_prod_registry_server_down_keeps_generation_1_serving(
             _check_outage_is_survived(settings, _rows(home), caplog, monkeypatch, server_down)
         finally:
             server.stop()
-
-
-class _MlflowServer:
-    """``mlflow server`` on a fixed loopback port, so it can be stopped and started again."""
-
-    def __init__(self, mlflow: str, backend: str, tmp: Path, port: int) -> None:
-        self.command = [
-            mlflow,
-            "server",
-            "--backend-store-uri",
-            backend,
-            "--artifacts-destination",
-            str(tmp / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = tmp / "server.log"
-        self.process: subprocess.Popen | None = None  # type: ignore[type-arg]
-
-    def start(self, timeout_s: float = 180.0) -> None:
-        import httpx
-
-        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, self.log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"mlflow server not healthy:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        import signal
-
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=15)
 
 
 def test_a_record_that_cannot_be_read_waits_for_retry_after_s(
