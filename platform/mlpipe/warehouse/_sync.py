@@ -5,7 +5,8 @@ Closed segments end in ``.jsonl``; the one a worker is writing ends in
 are read. Rows are keyed by (request_id, arm): a replayed or renamed segment
 adds nothing. A line that does not decode as a :class:`PredictionRecord` (a
 half-written last line, most often) is skipped and reported, never loaded.
-Rows go in as one Arrow table per sync (DuckDB) rather than row by row.
+Closed segments are parsed by DuckDB's JSON reader and go in as Arrow tables
+(up to ``_CHUNK_BYTES`` of segments each), never row by row.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from mlpipe.predlog.record import DECODER, PredictionRecord
 from mlpipe.warehouse import _engine, _mirror, _schema
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
     from sqlalchemy import Connection
 
@@ -63,6 +66,25 @@ class SyncResult:
 class _Parsed:
     records: list[PredictionRecord]
     skipped: list[SkippedLine]
+
+
+_CHUNK_BYTES = 256 * 1024 * 1024  # closed segments read (and held) at a time
+
+
+@dataclass
+class _Batch:
+    """Rows to insert, segments loaded whole (path, size, rows, skipped lines), lines skipped."""
+
+    tables: list[pa.Table]
+    finished: list[tuple[str, int, int, int]]
+    skipped: list[SkippedLine]
+
+    def add_parsed(self, rel: str, data: bytes, now: datetime) -> None:
+        parsed = parse_segment(data, rel)
+        self.skipped.extend(parsed.skipped)
+        self.tables.append(_to_arrow(parsed.records, [rel] * len(parsed.records), now))
+        if not rel.endswith(".open"):
+            self.finished.append((rel, len(data), len(parsed.records), len(parsed.skipped)))
 
 
 def _segment_files(root: Path) -> list[Path]:
@@ -136,26 +158,31 @@ _COLUMNS = [c.name for c in _schema.predictions.columns]
 
 def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
     raw = conn.connection.driver_connection
-    before = conn.execute(sa.select(sa.func.count()).select_from(_schema.predictions)).scalar_one()
     raw.register("_mlpipe_incoming", table)
     try:
         cols = ", ".join(_COLUMNS)
-        # Dedupe inside the batch, then keep only keys the table lacks: one set-based insert.
-        raw.execute(
+        # A batch almost never repeats a key: count first, and pay for DISTINCT ON only if it does.
+        unique = raw.execute(
+            "SELECT count(*) = count(DISTINCT (request_id, arm)) FROM _mlpipe_incoming"
+        ).fetchone()
+        source = (
+            "_mlpipe_incoming"
+            if unique and unique[0]
+            else "(SELECT DISTINCT ON (request_id, arm) * FROM _mlpipe_incoming)"
+        )
+        # Keep only keys the table lacks: one set-based insert, which returns its row count.
+        inserted = raw.execute(
             f"""
             INSERT INTO predictions ({cols})
-            SELECT {cols} FROM (
-                SELECT DISTINCT ON (request_id, arm) * FROM _mlpipe_incoming
-            ) AS i
+            SELECT {cols} FROM {source} AS i
             WHERE NOT EXISTS (
                 SELECT 1 FROM predictions p WHERE p.request_id = i.request_id AND p.arm = i.arm
             )
             """
-        )
+        ).fetchone()
     finally:
         raw.unregister("_mlpipe_incoming")
-    after = conn.execute(sa.select(sa.func.count()).select_from(_schema.predictions)).scalar_one()
-    return int(after - before)
+    return int(inserted[0]) if inserted else 0
 
 
 def _insert_generic(conn: Connection, table: pa.Table) -> int:
@@ -200,14 +227,19 @@ _REQUIRED = (
 )
 
 
-def _read_closed(paths: list[Path], root: Path, now: datetime) -> tuple[pa.Table, dict[str, int]]:
-    """Read closed segments with DuckDB's JSON reader; returns the rows and the count per file.
+def _read_closed(
+    paths: list[Path], root: Path, now: datetime
+) -> tuple[pa.Table, dict[str, tuple[int, int]]]:
+    """Read closed segments with DuckDB's JSON reader: the valid rows, and per file (lines, valid).
 
-    Rows that miss a field or hold an impossible value are dropped here; the caller
-    compares counts with the files' line counts and re-reads any file that lost a
-    line with msgspec, which names the line.
+    The reader runs strict: a line that is not JSON, or holds a value of the
+    wrong type, raises ``duckdb.Error`` and the caller reads the files with
+    msgspec, which names the line. A line that parses but misses a field or
+    holds an impossible value counts as a line but not as a valid row; the
+    caller re-reads such a file with msgspec too. Nothing is counted in Python.
     """
     import duckdb
+    import pyarrow as pa
 
     prefix = len(root.as_posix()) + 2  # 1-based substr after "<root>/"
     valid = " AND ".join(f"{c} IS NOT NULL" for c in _REQUIRED)
@@ -223,34 +255,89 @@ def _read_closed(paths: list[Path], root: Path, now: datetime) -> tuple[pa.Table
                    coalesce(CAST(features_missing AS VARCHAR), '[]') AS features_missing,
                    coalesce(status, 'ok') AS status,
                    substr(filename, {prefix}) AS segment,
-                   CAST($now AS TIMESTAMP) AS loaded_at
+                   CAST($now AS TIMESTAMP) AS loaded_at,
+                   coalesce({valid} AND arm IN ('champion', 'canary', 'shadow')
+                     AND coalesce(status, 'ok') IN ('ok', 'error', 'timeout')
+                     AND json_type(features) = 'OBJECT' AND json_type(entity) = 'OBJECT',
+                     false) AS ok
             FROM read_json($files, format = 'newline_delimited', columns = {_JSON_COLUMNS},
-                           ignore_errors = true, filename = true)
-            WHERE {valid} AND arm IN ('champion', 'canary', 'shadow')
-              AND coalesce(status, 'ok') IN ('ok', 'error', 'timeout')
-              AND json_type(features) = 'OBJECT' AND json_type(entity) = 'OBJECT'
+                           filename = true)
             """,
             params={"files": [p.as_posix() for p in paths], "now": now},
         ).to_arrow_table()
     finally:
         con.close()
-    counts: dict[str, int] = {}
-    for name in table.column("segment").to_pylist():
-        counts[name] = counts.get(name, 0) + 1
-    return table, counts
+    per_file = table.group_by("segment").aggregate([("ok", "count"), ("ok", "sum")]).to_pylist()
+    counts = {r["segment"]: (r["ok_count"], r["ok_sum"] or 0) for r in per_file}
+    ok = table.column("ok")
+    if not pa.compute.all(ok).as_py():
+        table = table.filter(ok)
+    return table.select(_COLUMNS), counts
 
 
-def _line_count(data: bytes) -> int:
-    """Lines with content, by one C-speed count unless the data holds an empty line.
+def _chunks(paths: list[tuple[str, Path]]) -> list[list[tuple[str, Path]]]:
+    """Closed segments grouped into chunks of about ``_CHUNK_BYTES`` (a big one goes alone)."""
+    chunks: list[list[tuple[str, Path]]] = []
+    size = _CHUNK_BYTES
+    for rel, path in paths:
+        if size >= _CHUNK_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append((rel, path))
+        size += path.stat().st_size
+    return chunks
 
-    A whitespace-only line counts here but not for DuckDB's reader; the mismatch only
-    sends that segment to the line-by-line reader, which loads it correctly.
+
+def _read_chunk(chunk: list[tuple[str, Path]], root: Path, now: datetime) -> _Batch:
+    """One chunk of closed segments: DuckDB's reader, msgspec for any segment it lost lines of."""
+    import duckdb
+    import pyarrow as pa
+
+    batch = _Batch([], [], [])
+    try:
+        table, counts = _read_closed([path for _, path in chunk], root, now)
+    except duckdb.Error:  # a line DuckDB cannot read: msgspec reads the chunk and names it
+        for rel, path in chunk:
+            batch.add_parsed(rel, path.read_bytes(), now)
+        return batch
+    lines = {rel: counts.get(rel, (0, 0)) for rel, _ in chunk}
+    lost = {rel for rel, (n_lines, n_valid) in lines.items() if n_lines != n_valid}
+    if lost:
+        keep = pa.compute.invert(pa.compute.is_in(table.column("segment"), pa.array(sorted(lost))))
+        table = table.filter(keep)
+    batch.tables.append(table)
+    batch.finished.extend(
+        (rel, path.stat().st_size, lines[rel][1], 0) for rel, path in chunk if rel not in lost
+    )
+    for rel, path in chunk:
+        if rel in lost:
+            batch.add_parsed(rel, path.read_bytes(), now)
+    return batch
+
+
+def _batches(
+    closed: list[tuple[str, Path]], open_: list[tuple[str, Path]], root: Path, now: datetime
+) -> Iterator[_Batch]:
+    """Every changed segment as batches of rows, closed ones first.
+
+    The next chunk of closed segments is read on a thread while the caller
+    inserts the last one (DuckDB's reader and its insert both release the
+    GIL), so a backlog of several chunks reads and inserts on two cores at once.
     """
-    if not data:
-        return 0
-    if b"\n\n" not in data and not data.startswith(b"\n"):
-        return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-    return sum(1 for line in data.split(b"\n") if line.strip())
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks = _chunks(closed)
+    with ThreadPoolExecutor(1, thread_name_prefix="mlpipe-sync-read") as pool:
+        ahead = pool.submit(_read_chunk, chunks[0], root, now) if chunks else None
+        for chunk in chunks[1:]:
+            current, ahead = ahead, pool.submit(_read_chunk, chunk, root, now)
+            yield current.result()
+        if ahead is not None:
+            yield ahead.result()
+    for rel, path in open_:
+        batch = _Batch([], [], [])
+        batch.add_parsed(rel, path.read_bytes(), now)
+        yield batch
 
 
 def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult:
@@ -262,74 +349,44 @@ def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult
     records are skipped and listed in the result. Raises :class:`StoreUnavailable`
     when the warehouse stays locked past the lock timeout, or the control plane
     is unavailable.
+
+    One write connection does it all, so the warehouse is opened once; the
+    lock is held about as long as the insert takes (see :func:`_batches`).
     """
     import time
-
-    import pyarrow as pa
 
     started = time.perf_counter()
     root = settings.predlog_path
     result = SyncResult()
-    files = _segment_files(root)
-    with _engine.read(settings, notify) as conn:
-        seen = {
-            row.path: row.size
-            for row in conn.execute(sa.select(_schema.segments.c.path, _schema.segments.c.size))
-        }
-        mirrored = _mirror.mirrored_generations(conn)
-    history = _mirror.pending_history(settings, mirrored)
     now = datetime.now(UTC).replace(tzinfo=None)
-    # Everything is read before the write lock is taken, so the lock is held only for the insert.
-    closed: dict[str, tuple[Path, bytes]] = {}
-    by_msgspec: dict[str, bytes] = {}
-    for path in files:
-        rel = path.relative_to(root).as_posix()
-        data = path.read_bytes()
-        if rel in seen and seen[rel] == len(data):
-            result.segments_unchanged += 1
-            continue
-        result.segments_read += 1
-        if path.name.endswith(".jsonl") and data.endswith(b"\n"):
-            closed[rel] = (path, data)
-        else:  # a segment still open (or torn): the contract decoder reads it line by line
-            by_msgspec[rel] = data
-    tables: list[pa.Table] = []
-    finished: list[tuple[str, int, int, int]] = []
-    if closed:
-        table, counts = _read_closed([p for p, _ in closed.values()], root, now)
-        lost = {rel for rel, (_, data) in closed.items() if counts.get(rel, 0) != _line_count(data)}
-        if lost:
-            keep = pa.compute.invert(
-                pa.compute.is_in(table.column("segment"), pa.array(sorted(lost)))
-            )
-            table = table.filter(keep)
-            by_msgspec.update({rel: closed[rel][1] for rel in lost})
-        tables.append(table)
-        finished.extend(
-            (rel, len(data), counts.get(rel, 0), 0)
-            for rel, (_, data) in closed.items()
-            if rel not in lost
-        )
-    for rel, data in by_msgspec.items():
-        parsed = parse_segment(data, rel)
-        result.skipped.extend(parsed.skipped)
-        tables.append(_to_arrow(parsed.records, [rel] * len(parsed.records), now))
-        if not rel.endswith(".open"):
-            finished.append((rel, len(data), len(parsed.records), len(parsed.skipped)))
-    incoming = pa.concat_tables([t.select(_COLUMNS) for t in tables]) if tables else None
-    result.rows_read = incoming.num_rows if incoming is not None else 0
+    insert = _insert_duckdb if _engine.is_duckdb(settings.warehouse) else _insert_generic
+    seg = _schema.segments
     with _engine.write(settings, notify) as conn:
-        if incoming is not None and incoming.num_rows:
-            insert = _insert_duckdb if _engine.is_duckdb(settings.warehouse) else _insert_generic
-            result.rows_loaded = insert(conn, incoming)
-        seg = _schema.segments
-        for rel, size, n_rows, n_skipped in finished:
-            conn.execute(seg.delete().where(seg.c.path == rel))
-            conn.execute(
-                seg.insert().values(
-                    path=rel, size=size, rows=n_rows, skipped_lines=n_skipped, loaded_at=now
+        seen = {row.path: row.size for row in conn.execute(sa.select(seg.c.path, seg.c.size))}
+        history = _mirror.pending_history(settings, _mirror.mirrored_generations(conn))
+        closed: list[tuple[str, Path]] = []
+        open_: list[tuple[str, Path]] = []
+        for path in _segment_files(root):
+            rel = path.relative_to(root).as_posix()
+            if seen.get(rel) == path.stat().st_size:
+                result.segments_unchanged += 1
+                continue
+            result.segments_read += 1
+            # a segment still open is read line by line by the contract decoder
+            (closed if path.name.endswith(".jsonl") else open_).append((rel, path))
+        for batch in _batches(closed, open_, root, now):
+            result.skipped.extend(batch.skipped)
+            for table in batch.tables:
+                result.rows_read += table.num_rows
+                if table.num_rows:
+                    result.rows_loaded += insert(conn, table)
+            for rel, size, n_rows, n_skipped in batch.finished:
+                conn.execute(seg.delete().where(seg.c.path == rel))
+                conn.execute(
+                    seg.insert().values(
+                        path=rel, size=size, rows=n_rows, skipped_lines=n_skipped, loaded_at=now
+                    )
                 )
-            )
         result.deployments_loaded = _mirror.insert_missing(conn, history)
         result.rows_total = conn.execute(
             sa.select(sa.func.count()).select_from(_schema.predictions)
