@@ -161,6 +161,11 @@ def _rebuild_predictions(conn: Connection) -> None:
     """
     if conn.dialect.name != "duckdb":
         return
+    ddl = conn.exec_driver_sql(
+        "SELECT sql FROM duckdb_tables() WHERE table_name = 'predictions'"
+    ).scalar_one()
+    if "USING COMPRESSION" in ddl.upper():  # created by migration 1 after this change
+        return
     staging = predictions.to_metadata(sa.MetaData(), name="predictions_rebuild")
     staging.create(conn)
     conn.exec_driver_sql("INSERT INTO predictions_rebuild SELECT * FROM predictions")
