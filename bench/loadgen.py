@@ -12,6 +12,7 @@ timeout; nothing runs past ``duration_s + timeout_s``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import time
 from collections import Counter
@@ -206,10 +207,23 @@ async def open_loop(
 
 
 def run(coro_factory: Callable[[], object]) -> Sample:
-    """Run one load coroutine on a fresh (uv)loop."""
-    if _uvloop is not None:
-        return _uvloop.run(coro_factory())  # type: ignore[arg-type]
-    return asyncio.run(coro_factory())  # type: ignore[arg-type]
+    """Run one load coroutine on a fresh (uv)loop, with the cycle collector paused.
+
+    A load run allocates fast and keeps every latency; the generator's own GC
+    pauses (a full collection scans the whole heap) stalled every connection at
+    once and showed up as server latency. Paused, the generator drove the same
+    mlpipe server at ~1.6 x the rate (bench/README.md, "GC stalls").
+    """
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        if _uvloop is not None:
+            return _uvloop.run(coro_factory())  # type: ignore[arg-type]
+        return asyncio.run(coro_factory())  # type: ignore[arg-type]
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 __all__ = ["BodyFactory", "closed_loop", "open_loop", "run"]
