@@ -91,5 +91,6 @@ Scoring.add_asgi_middleware(
     OverloadGate,
     max_inflight=settings.reliability.max_inflight,
     retry_after_s=settings.reliability.retry_after_s,
+    reconnect_every=settings.reliability.reconnect_every,
 )
 Scoring.add_asgi_middleware(PredictGateway, max_body_bytes=_s.max_body_bytes)

@@ -93,6 +93,11 @@ class ReliabilitySettings(_Section):
     # saturation and p99 0.4-1.2 s lower under load, same throughput (bench/README.md)
     max_inflight: int = Field(64, ge=1)
     retry_after_s: int = Field(1, ge=1)
+    # every Nth /predict answer of a worker says Connection: close (0: never). Workers share
+    # one listening socket and the first to wake accepts a whole burst of connections: at
+    # c=32 one worker held all 32 and the other idled. Reconnects land on whichever worker
+    # is free to accept, so connections spread: c=32 1.4x req/s here (bench/README.md)
+    reconnect_every: int = Field(100, ge=0)
     breaker_failures: int = Field(3, ge=1)  # consecutive feature-store failures that open it
     breaker_reset_s: float = Field(5.0, gt=0)  # open this long, then one probe
     breaker_slow_s: float = Field(0.25, gt=0)  # a call slower than this counts as a failure

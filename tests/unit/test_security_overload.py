@@ -13,6 +13,10 @@ def _scope(path: str = "/predict") -> dict[str, Any]:
     return {"type": "http", "path": path, "method": "POST", "headers": []}
 
 
+def _ready() -> bool:
+    return True
+
+
 async def _noop_receive() -> Any:
     return {"type": "http.request", "body": b"", "more_body": False}
 
@@ -43,6 +47,8 @@ def test_beyond_max_inflight_gets_503_and_saturation_shows() -> None:
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
+    heads: list[dict[bytes, bytes]] = []
+
     async def main() -> bool:
         gate = OverloadGate(app, max_inflight=2, ready=lambda: True)
 
@@ -50,6 +56,7 @@ def test_beyond_max_inflight_gets_503_and_saturation_shows() -> None:
             async def send(m: Any) -> None:
                 if m["type"] == "http.response.start":
                     statuses.append(m["status"])
+                    heads.append(dict(m["headers"]))
 
             await gate(_scope(), _noop_receive, send)
 
@@ -64,6 +71,33 @@ def test_beyond_max_inflight_gets_503_and_saturation_shows() -> None:
     assert asyncio.run(main()) is True
     assert statuses == [503, 200, 200]
     assert not saturated()
+    # overloaded, not broken: the client keeps its connection (a reconnect costs CPU)
+    assert heads[0][b"retry-after"] == b"1" and b"connection" not in heads[0]
+
+
+def test_every_nth_admitted_answer_asks_the_client_to_reconnect() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x", b"1")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    def closes(reconnect_every: int) -> list[bool]:
+        gate = OverloadGate(
+            app, max_inflight=4, reconnect_every=reconnect_every, ready=lambda: True
+        )
+        seen: list[bool] = []
+
+        async def send(m: Any) -> None:
+            if m["type"] == "http.response.start":
+                headers = dict(m["headers"])
+                assert headers[b"x"] == b"1"  # the app's own headers are kept
+                seen.append(headers.get(b"connection") == b"close")
+
+        for _ in range(6):
+            asyncio.run(gate(_scope(), _noop_receive, send))
+        return seen
+
+    assert closes(3) == [False, False, True, False, False, True]
+    assert closes(0) == [False] * 6
 
 
 def test_other_paths_pass() -> None:
