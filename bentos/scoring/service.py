@@ -73,12 +73,17 @@ class Scoring:
         self.runtime.close()
 
 
-# BentoML parses a root (positional-only) input by rebuilding its JSON schema, a new
-# TypeAdapter and all, on every request: half a worker's CPU under load (bench/README.md).
-# The schema never changes, so compute it once per set of arguments (a shallow copy out).
-_input = Scoring.apis["predict"].input_spec
-_schema = functools.cache(_input.model_json_schema)
-_input.model_json_schema = staticmethod(lambda *a, **k: dict(_schema(*a, **k)))
+def _schema_once(spec: Any) -> None:
+    """Compute ``spec``'s JSON schema once per set of arguments (a shallow copy out)."""
+    schema = functools.cache(spec.model_json_schema)
+    spec.model_json_schema = staticmethod(lambda *a, **k: dict(schema(*a, **k)))
+
+
+# BentoML rebuilds a root (list) model's JSON schema, a new TypeAdapter and all, to parse
+# every request (half a worker's CPU under load) and again to pick every response's media
+# type (11 % of it, seen with py-spy after the first fix; bench/README.md). It never changes.
+_schema_once(Scoring.apis["predict"].input_spec)
+_schema_once(Scoring.apis["predict"].output_spec)
 
 # The first added is the outermost: keys and rate limits before the gateway parses;
 # then the intake (JSON only, size, a deadline on the body) before anything reads a body.
