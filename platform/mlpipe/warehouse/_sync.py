@@ -275,48 +275,52 @@ def _read_closed(
     return table.select(_COLUMNS), counts
 
 
-def _chunks(paths: list[tuple[str, Path]]) -> list[list[tuple[str, Path]]]:
+# A changed segment: its path relative to the predlog root, its path, its size when listed.
+_Segment = tuple[str, Path, int]
+
+
+def _chunks(segments: list[_Segment]) -> list[list[_Segment]]:
     """Closed segments grouped into chunks of about ``_CHUNK_BYTES`` (a big one goes alone)."""
-    chunks: list[list[tuple[str, Path]]] = []
-    size = _CHUNK_BYTES
-    for rel, path in paths:
-        if size >= _CHUNK_BYTES:
+    chunks: list[list[_Segment]] = []
+    total = _CHUNK_BYTES
+    for segment in segments:
+        if total >= _CHUNK_BYTES:
             chunks.append([])
-            size = 0
-        chunks[-1].append((rel, path))
-        size += path.stat().st_size
+            total = 0
+        chunks[-1].append(segment)
+        total += segment[2]
     return chunks
 
 
-def _read_chunk(chunk: list[tuple[str, Path]], root: Path, now: datetime) -> _Batch:
+def _read_chunk(chunk: list[_Segment], root: Path, now: datetime) -> _Batch:
     """One chunk of closed segments: DuckDB's reader, msgspec for any segment it lost lines of."""
     import duckdb
     import pyarrow as pa
 
     batch = _Batch([], [], [])
     try:
-        table, counts = _read_closed([path for _, path in chunk], root, now)
+        table, counts = _read_closed([path for _, path, _ in chunk], root, now)
     except duckdb.Error:  # a line DuckDB cannot read: msgspec reads the chunk and names it
-        for rel, path in chunk:
+        for rel, path, _ in chunk:
             batch.add_parsed(rel, path.read_bytes(), now)
         return batch
-    lines = {rel: counts.get(rel, (0, 0)) for rel, _ in chunk}
+    lines = {rel: counts.get(rel, (0, 0)) for rel, _, _ in chunk}
     lost = {rel for rel, (n_lines, n_valid) in lines.items() if n_lines != n_valid}
     if lost:
         keep = pa.compute.invert(pa.compute.is_in(table.column("segment"), pa.array(sorted(lost))))
         table = table.filter(keep)
     batch.tables.append(table)
     batch.finished.extend(
-        (rel, path.stat().st_size, lines[rel][1], 0) for rel, path in chunk if rel not in lost
+        (rel, size, lines[rel][1], 0) for rel, _, size in chunk if rel not in lost
     )
-    for rel, path in chunk:
+    for rel, path, _ in chunk:
         if rel in lost:
             batch.add_parsed(rel, path.read_bytes(), now)
     return batch
 
 
 def _batches(
-    closed: list[tuple[str, Path]], open_: list[tuple[str, Path]], root: Path, now: datetime
+    closed: list[_Segment], open_: list[_Segment], root: Path, now: datetime
 ) -> Iterator[_Batch]:
     """Every changed segment as batches of rows, closed ones first.
 
@@ -334,7 +338,7 @@ def _batches(
             yield current.result()
         if ahead is not None:
             yield ahead.result()
-    for rel, path in open_:
+    for rel, path, _ in open_:
         batch = _Batch([], [], [])
         batch.add_parsed(rel, path.read_bytes(), now)
         yield batch
@@ -364,16 +368,16 @@ def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult
     with _engine.write(settings, notify) as conn:
         seen = {row.path: row.size for row in conn.execute(sa.select(seg.c.path, seg.c.size))}
         history = _mirror.pending_history(settings, _mirror.mirrored_generations(conn))
-        closed: list[tuple[str, Path]] = []
-        open_: list[tuple[str, Path]] = []
+        closed: list[_Segment] = []
+        open_: list[_Segment] = []
         for path in _segment_files(root):
-            rel = path.relative_to(root).as_posix()
-            if seen.get(rel) == path.stat().st_size:
+            rel, size = path.relative_to(root).as_posix(), path.stat().st_size
+            if seen.get(rel) == size:
                 result.segments_unchanged += 1
                 continue
             result.segments_read += 1
             # a segment still open is read line by line by the contract decoder
-            (closed if path.name.endswith(".jsonl") else open_).append((rel, path))
+            (closed if path.name.endswith(".jsonl") else open_).append((rel, path, size))
         for batch in _batches(closed, open_, root, now):
             result.skipped.extend(batch.skipped)
             for table in batch.tables:
