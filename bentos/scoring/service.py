@@ -24,7 +24,7 @@ from mlpipe.serving.auth import AuthGateway
 from mlpipe.serving.deadline import Deadline
 from mlpipe.serving.intake import RequestIntake
 from mlpipe.serving.oip import InferenceProtocol
-from mlpipe.serving.overload import OverloadGate, saturated
+from mlpipe.serving.overload import FrontDoor, OverloadGate, saturated
 
 settings = load_settings()
 _s = settings.serving
@@ -99,3 +99,19 @@ Scoring.add_asgi_middleware(
     reconnect_every=settings.reliability.reconnect_every,
 )
 Scoring.add_asgi_middleware(PredictGateway, max_body_bytes=_s.max_body_bytes)
+
+
+# Above saturation a refusal that went through BentoML's middleware cost half a served
+# request; in front of the whole app it is cheap enough for goodput to hold
+# (mlpipe.serving.overload, bench/README.md "Shedding before the stack").
+_to_asgi = bentoml.Service.to_asgi
+
+
+def _to_asgi_behind_front_door(self: bentoml.Service[Any], is_main: bool = True) -> Any:
+    app = _to_asgi(self, is_main)
+    if self is not Scoring:
+        return app
+    return FrontDoor(app, retry_after_s=settings.reliability.retry_after_s)
+
+
+bentoml.Service.to_asgi = _to_asgi_behind_front_door  # type: ignore[method-assign]

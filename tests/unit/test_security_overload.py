@@ -1,4 +1,4 @@
-"""The overload gate: fast 503 with Retry-After when not ready or over the in-flight bound."""
+"""Admission control: the front door's fast 503s and the gate's bound on requests in flight."""
 
 from __future__ import annotations
 
@@ -6,84 +6,116 @@ import asyncio
 import json
 from typing import Any
 
-from mlpipe.serving.overload import OverloadGate, saturated
+import pytest
+
+from mlpipe.serving.overload import FrontDoor, OverloadGate, saturated
 
 
 def _scope(path: str = "/predict") -> dict[str, Any]:
     return {"type": "http", "path": path, "method": "POST", "headers": []}
 
 
-def _ready() -> bool:
-    return True
-
-
 async def _noop_receive() -> Any:
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
-def test_not_ready_gets_503_with_retry_after_and_connection_close() -> None:
-    sent: list[Any] = []
+async def _must_not_run(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover
+    raise AssertionError("must not be called")
 
-    async def app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover
-        raise AssertionError("must not be called")
+
+async def _ok(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"x", b"1")]})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+
+def _answer(app: Any, path: str = "/predict") -> tuple[int, dict[bytes, bytes], dict[str, Any]]:
+    sent: list[Any] = []
 
     async def send(m: Any) -> None:
         sent.append(m)
 
-    gate = OverloadGate(app, max_inflight=2, retry_after_s=3, ready=lambda: False)
-    asyncio.run(gate(_scope(), _noop_receive, send))
-    headers = dict(sent[0]["headers"])
-    assert sent[0]["status"] == 503
+    asyncio.run(app(_scope(path), _noop_receive, send))
+    body = json.loads(sent[1]["body"]) if sent[1]["body"] != b"{}" else {}
+    return sent[0]["status"], dict(sent[0]["headers"]), body
+
+
+@pytest.mark.parametrize("path", ["/predict", "/v2/models/fraud/infer"])
+def test_front_door_refuses_scoring_while_not_ready_and_asks_for_a_reconnect(path: str) -> None:
+    status, headers, body = _answer(
+        FrontDoor(_must_not_run, retry_after_s=3, ready=lambda: False), path
+    )
+    assert status == 503 and body["status"] == 503
+    assert body["error"] == "not ready: models still loading"
     assert headers[b"retry-after"] == b"3" and headers[b"connection"] == b"close"
-    assert json.loads(sent[1]["body"])["status"] == 503
 
 
-def test_beyond_max_inflight_gets_503_and_saturation_shows() -> None:
+def test_front_door_lets_other_paths_through_while_not_ready() -> None:
+    for path in ("/readyz", "/metrics", "/v2/models/fraud", "/v2/health/ready"):
+        status, _, _ = _answer(FrontDoor(_ok, ready=lambda: False), path)
+        assert status == 200, path
+
+
+def _hold(gate: OverloadGate, statuses: list[int]) -> Any:
+    async def one() -> None:
+        async def send(m: Any) -> None:
+            if m["type"] == "http.response.start":
+                statuses.append(m["status"])
+
+        await gate(_scope(), _noop_receive, send)
+
+    return one
+
+
+def test_beyond_max_inflight_the_gate_refuses_and_the_front_door_sheds_before_the_stack() -> None:
     release = asyncio.Event()
     statuses: list[int] = []
+    reached: list[str] = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         await release.wait()
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"{}"})
+        await _ok(scope, receive, send)
 
-    heads: list[dict[bytes, bytes]] = []
-
-    async def main() -> bool:
-        gate = OverloadGate(app, max_inflight=2, ready=lambda: True)
-
-        async def one() -> None:
-            async def send(m: Any) -> None:
-                if m["type"] == "http.response.start":
-                    statuses.append(m["status"])
-                    heads.append(dict(m["headers"]))
-
-            await gate(_scope(), _noop_receive, send)
-
+    async def main() -> tuple[bool, tuple[int, dict[bytes, bytes], dict[str, Any]]]:
+        gate = OverloadGate(app, max_inflight=2)
+        one = _hold(gate, statuses)
         tasks = [asyncio.create_task(one()) for _ in range(2)]
         await asyncio.sleep(0.01)
         full = saturated()
-        await one()  # the third is refused at once
+        await one()  # the gate refuses the third at once
+
+        async def stack(scope: Any, receive: Any, send: Any) -> None:  # pragma: no cover
+            reached.append(scope["path"])
+
+        sent: list[Any] = []
+
+        async def send(m: Any) -> None:
+            sent.append(m)
+
+        await FrontDoor(stack, ready=lambda: True)(_scope(), _noop_receive, send)
         release.set()
         await asyncio.gather(*tasks)
-        return full
+        return full, (sent[0]["status"], dict(sent[0]["headers"]), json.loads(sent[1]["body"]))
 
-    assert asyncio.run(main()) is True
+    full, (status, headers, body) = asyncio.run(main())
+    assert full is True
     assert statuses == [503, 200, 200]
     assert not saturated()
+    # the front door answered without running anything behind it
+    assert status == 503 and reached == []
+    assert body["error"] == "overloaded: 2 requests in flight"
     # overloaded, not broken: the client keeps its connection (a reconnect costs CPU)
-    assert heads[0][b"retry-after"] == b"1" and b"connection" not in heads[0]
+    assert headers[b"retry-after"] == b"1" and b"connection" not in headers
+
+
+def test_front_door_admits_once_a_slot_is_free() -> None:
+    OverloadGate(_ok, max_inflight=1)  # sets the bound; nothing in flight
+    status, headers, _ = _answer(FrontDoor(_ok, ready=lambda: True))
+    assert status == 200 and headers[b"x"] == b"1"
 
 
 def test_every_nth_admitted_answer_asks_the_client_to_reconnect() -> None:
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"x", b"1")]})
-        await send({"type": "http.response.body", "body": b"{}"})
-
     def closes(reconnect_every: int) -> list[bool]:
-        gate = OverloadGate(
-            app, max_inflight=4, reconnect_every=reconnect_every, ready=lambda: True
-        )
+        gate = OverloadGate(_ok, max_inflight=4, reconnect_every=reconnect_every)
         seen: list[bool] = []
 
         async def send(m: Any) -> None:
@@ -100,12 +132,12 @@ def test_every_nth_admitted_answer_asks_the_client_to_reconnect() -> None:
     assert closes(0) == [False] * 6
 
 
-def test_other_paths_pass() -> None:
+def test_the_gate_counts_only_its_path() -> None:
     seen = []
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         seen.append(scope["path"])
 
-    gate = OverloadGate(app, max_inflight=1, ready=lambda: False)
+    gate = OverloadGate(app, max_inflight=1)
     asyncio.run(gate(_scope("/readyz"), _noop_receive, None))  # type: ignore[arg-type]
-    assert seen == ["/readyz"]
+    assert seen == ["/readyz"] and not saturated()

@@ -95,24 +95,3 @@ def test_bentomls_timeout_middleware_keeps_the_request_context_until_its_timer_f
     # Why Deadline replaces it (bench/README.md, "GC stalls"): if a BentoML upgrade fixes
     # this, this test fails and the substitution in bentos/scoring/service.py can go.
     assert _left_alive_after_request(TimeoutMiddleware)
-
-
-def test_the_scoring_service_is_built_with_deadline_in_bentomls_place(tmp_path, monkeypatch):
-    import importlib.util
-    from pathlib import Path
-
-    from _bentoml_impl.server.app import ServiceAppFactory
-    from bentoml._internal.server.http import traffic
-
-    monkeypatch.setattr(traffic, "TimeoutMiddleware", traffic.TimeoutMiddleware)  # restored after
-    monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
-    path = Path(__file__).resolve().parents[2] / "bentos" / "scoring" / "service.py"
-    spec = importlib.util.spec_from_file_location("_scoring_service_under_test", path)
-    assert spec is not None and spec.loader is not None
-    service = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(service)
-    service.Scoring.inject_config()
-    names = [m.cls.__name__ for m in ServiceAppFactory(service.Scoring).middlewares]
-    assert "TimeoutMiddleware" not in names
-    # outside mlpipe's own middleware, where BentoML's stood
-    assert names.index("Deadline") < names.index("AuthGateway") < names.index("OverloadGate")

@@ -1,13 +1,25 @@
-"""Admission control for ``/predict``: a bounded number in flight per worker, fast 503 beyond.
+"""Admission control for scoring requests: fast 503s, and a bounded number in flight per worker.
 
-A request that would only wait (the worker already holds ``max_inflight``
-requests, or its models are still loading) is answered at once with 503, a
-JSON body and ``Retry-After``, rather than joining an unbounded queue. While
-the worker is still loading (say it just restarted after a crash) the 503 also
-says ``Connection: close``, so the client reconnects and may land on a worker
-that is ready. An overloaded worker keeps the connection: a reconnect per
-refusal cost both sides more CPU just when there was none to spare (above
-saturation, accepted p99 ~0.9 s with it, ~0.15 s without; bench/README.md).
+Two pieces, because refusing has to be cheap. Above saturation a refusal that
+went through BentoML's middleware (metrics, a tracing span per request and per
+send, the deadline) and mlpipe's (keys, intake) cost about half as much CPU as
+a served request, so the refusals themselves took the CPU the admitted
+requests needed: goodput collapsed to ~30 % of capacity (bench/README.md,
+"Shedding before the stack").
+
+- :class:`FrontDoor` wraps the whole app, before anything else runs, and
+  refuses a scoring request (``/predict``, ``/v2/models/…/infer``) while the
+  worker is saturated or its models are still loading. It holds no slot.
+- :class:`OverloadGate` sits after the intake, so a client still sending its
+  body holds nothing; it counts the requests in flight and refuses the few
+  that pass the front door in the same instant as the last free slot is taken.
+
+A refusal is 503 with a JSON body and ``Retry-After``. While the worker is
+still loading (say it just restarted after a crash) it also says
+``Connection: close``, so the client reconnects and may land on a worker that
+is ready. An overloaded worker keeps the connection: a reconnect per refusal
+cost both sides more CPU just when there was none to spare (above saturation,
+accepted p99 ~0.9 s with it, ~0.15 s without; bench/README.md).
 
 Workers share one listening socket, and the one that wakes first accepts a
 whole burst of new connections, so keep-alive clients can all end up on one
@@ -23,17 +35,51 @@ from collections.abc import Callable
 
 from mlpipe.serving import runtime as _runtime
 from mlpipe.serving.asgi import ASGIApp, Message, Receive, Scope, Send, send_json
+from mlpipe.serving.oip_schema import PREFIX as _OIP
 
 _state = {"inflight": 0, "limit": 0}
 
 
 def saturated() -> bool:
-    """True while this worker holds as many ``/predict`` requests as it admits."""
+    """True while this worker holds as many scoring requests as it admits."""
     return _state["limit"] > 0 and _state["inflight"] >= _state["limit"]
 
 
+def _is_scoring(scope: Scope) -> bool:
+    """An HTTP request for a prediction: ``/predict`` or an Open Inference Protocol infer."""
+    if scope["type"] != "http":
+        return False
+    path = scope["path"]
+    return path == "/predict" or (path.startswith(_OIP + "/models/") and path.endswith("/infer"))
+
+
+class FrontDoor:
+    """Refuse scoring requests at once while not ready or saturated; pass everything else."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        retry_after_s: int = 1,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
+        self.app = app
+        self.retry_after = str(retry_after_s).encode()
+        self._ready = ready or _runtime_ready
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_scoring(scope):
+            if not self._ready():
+                await refuse(send, self.retry_after, "not ready: models still loading", close=True)
+                return
+            if saturated():
+                await refuse(send, self.retry_after, _overloaded())
+                return
+        await self.app(scope, receive, send)
+
+
 class OverloadGate:
-    """503 + ``Retry-After`` when not ready or over ``max_inflight``; otherwise pass through."""
+    """Count ``path`` requests in flight; 503 + ``Retry-After`` beyond ``max_inflight``."""
 
     def __init__(
         self,
@@ -43,14 +89,12 @@ class OverloadGate:
         retry_after_s: int = 1,
         reconnect_every: int = 0,
         path: str = "/predict",
-        ready: Callable[[], bool] | None = None,
     ) -> None:
         self.app = app
         self.max_inflight = max_inflight
         self.retry_after = str(retry_after_s).encode()
         self.reconnect_every = reconnect_every
         self.path = path
-        self._ready = ready or _runtime_ready
         self._admitted = 0
         _state["limit"] = max_inflight
 
@@ -58,11 +102,8 @@ class OverloadGate:
         if scope["type"] != "http" or scope["path"] != self.path:
             await self.app(scope, receive, send)
             return
-        if not self._ready():
-            await self._refuse(send, "not ready: models still loading", close=True)
-            return
         if _state["inflight"] >= self.max_inflight:
-            await self._refuse(send, f"overloaded: {self.max_inflight} requests in flight")
+            await refuse(send, self.retry_after, _overloaded())
             return
         self._admitted += 1
         if self.reconnect_every and self._admitted % self.reconnect_every == 0:
@@ -73,12 +114,18 @@ class OverloadGate:
         finally:
             _state["inflight"] -= 1
 
-    async def _refuse(self, send: Send, message: str, *, close: bool = False) -> None:
-        rt = _runtime.current()
-        if rt is not None:
-            rt.metrics.rejected.labels("503").inc()
-        headers = [(b"retry-after", self.retry_after), *([_CLOSE] if close else [])]
-        await send_json(send, 503, {"error": message, "status": 503}, headers)
+
+async def refuse(send: Send, retry_after: bytes, message: str, *, close: bool = False) -> None:
+    """503 with ``message``, ``Retry-After`` and, if ``close``, ``Connection: close``; counted."""
+    rt = _runtime.current()
+    if rt is not None:
+        rt.metrics.rejected.labels("503").inc()
+    headers = [(b"retry-after", retry_after), *([_CLOSE] if close else [])]
+    await send_json(send, 503, {"error": message, "status": 503}, headers)
+
+
+def _overloaded() -> str:
+    return f"overloaded: {_state['limit']} requests in flight"
 
 
 _CLOSE = (b"connection", b"close")
@@ -100,4 +147,4 @@ def _runtime_ready() -> bool:
     return rt is not None and rt.ready
 
 
-__all__ = ["OverloadGate", "saturated"]
+__all__ = ["FrontDoor", "OverloadGate", "refuse", "saturated"]
