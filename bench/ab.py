@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen, servers
-from bench.run import RESULTS, variant_env
+from bench.run import OPEN_WARMUP_S, RESULTS, variant_env
 from bench.summary import summarize
 from bench.workload import Cases, ensure_home, mlpipe_bodies
 from mlpipe.serving.server import free_port
@@ -94,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
                     for label in order:
                         sample = loadgen.run(
                             lambda p=ports[label], rt=rate: loadgen.open_loop(
-                                "127.0.0.1", p, "/predict", body, rate=rt, duration_s=args.duration
+                                "127.0.0.1",
+                                p,
+                                "/predict",
+                                body,
+                                rate=rt,
+                                duration_s=args.duration,
+                                warmup_s=OPEN_WARMUP_S,
                             )
                         )
                         rows.append(_row("open", sample, label, r, rate=rate))

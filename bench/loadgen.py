@@ -150,6 +150,7 @@ async def open_loop(
     *,
     rate: float,
     duration_s: float,
+    warmup_s: float = 0.0,
     max_connections: int = 512,
     timeout_s: float = 5.0,
 ) -> Sample:
@@ -157,15 +158,17 @@ async def open_loop(
 
     Each arrival takes an idle connection (opening one, up to ``max_connections``);
     latency runs from the scheduled arrival time, so waiting for a connection
-    counts. After the last arrival, the answers still in flight get ``timeout_s``.
+    counts. Arrivals in the first ``warmup_s`` (same rate) are not recorded: they
+    open the connections and meet the server's reaction to the step in load.
+    After the last arrival, the answers still in flight get ``timeout_s``.
     """
-    rec = _Recorder()
+    rec, warm = _Recorder(), _Recorder()
     idle: list[_Conn] = []
     opened = 0
     free = asyncio.Condition()
     tasks: set[asyncio.Task[None]] = set()
 
-    async def arrival(i: int, t_sched: float) -> None:
+    async def arrival(i: int, t_sched: float, rec: _Recorder) -> None:
         nonlocal opened
         async with free:
             while not idle and opened >= max_connections:
@@ -183,21 +186,22 @@ async def open_loop(
                 free.notify()
 
     interval = 1.0 / rate
-    total = int(rate * duration_s)
+    skipped = int(rate * warmup_s)
+    total = skipped + int(rate * duration_s)
     start = time.perf_counter()
     for i in range(total):
         t_sched = start + i * interval
         delay = t_sched - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        task = asyncio.ensure_future(arrival(i, t_sched))
+        task = asyncio.ensure_future(arrival(i, t_sched, rec if i >= skipped else warm))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     if tasks:
         await asyncio.wait(tasks, timeout=timeout_s + 1.0)
     for task in list(tasks):
         task.cancel()
-    unanswered = total - len(rec.latencies) - rec.errors
+    unanswered = total - skipped - len(rec.latencies) - rec.errors
     if unanswered:  # still waiting after the grace period: a timeout
         rec.errors += unanswered
         rec.statuses[0] += unanswered

@@ -32,6 +32,9 @@ from bench.workload import (
 from mlpipe.serving.server import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# Each open-loop point first runs this long unrecorded at its rate: the step from the
+# previous point opens ~300 connections at once and fills the queue (bench/README.md)
+OPEN_WARMUP_S = 1.0
 
 VARIANTS = {  # mlpipe runs with one setting changed, for the tuning table (label → env)
     # BentoML refuses max_batch_size=1 on a batchable API; 2 is as close to unbatched as it gets
@@ -294,7 +297,7 @@ def _load(
     for rate in rates:
         sample = loadgen.run(
             lambda r=rate: loadgen.open_loop(
-                host, port, path, body, rate=r, duration_s=args.duration
+                host, port, path, body, rate=r, duration_s=args.duration, warmup_s=OPEN_WARMUP_S
             )
         )
         rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
