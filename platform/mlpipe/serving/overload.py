@@ -70,10 +70,10 @@ class FrontDoor:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if _is_scoring(scope):
             if not self._ready():
-                await refuse(send, self.retry_after, "not ready: models still loading", close=True)
+                await _refuse(send, self.retry_after, "not ready: models still loading", close=True)
                 return
             if saturated():
-                await refuse(send, self.retry_after, _overloaded())
+                await _refuse(send, self.retry_after, _overloaded())
                 return
         await self.app(scope, receive, send)
 
@@ -103,7 +103,7 @@ class OverloadGate:
             await self.app(scope, receive, send)
             return
         if _state["inflight"] >= self.max_inflight:
-            await refuse(send, self.retry_after, _overloaded())
+            await _refuse(send, self.retry_after, _overloaded())
             return
         self._admitted += 1
         if self.reconnect_every and self._admitted % self.reconnect_every == 0:
@@ -115,7 +115,7 @@ class OverloadGate:
             _state["inflight"] -= 1
 
 
-async def refuse(send: Send, retry_after: bytes, message: str, *, close: bool = False) -> None:
+async def _refuse(send: Send, retry_after: bytes, message: str, *, close: bool = False) -> None:
     """503 with ``message``, ``Retry-After`` and, if ``close``, ``Connection: close``; counted."""
     rt = _runtime.current()
     if rt is not None:
@@ -147,4 +147,4 @@ def _runtime_ready() -> bool:
     return rt is not None and rt.ready
 
 
-__all__ = ["FrontDoor", "OverloadGate", "refuse", "saturated"]
+__all__ = ["FrontDoor", "OverloadGate", "saturated"]
