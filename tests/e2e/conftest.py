@@ -40,6 +40,17 @@ def _train(path: Path, seed: int) -> Path:
     return data
 
 
+def deploy_one(settings: Any) -> str:
+    """Train, register and deploy one model (seed 1) as ``fraud``'s champion; its version."""
+    from mlpipe import deployments, registry
+
+    home = settings.home
+    data = _train(home, 1)
+    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
+    deployments.deploy(settings, "fraud", info.version)
+    return info.version
+
+
 def _skops_files(home: Path) -> set[Path]:
     return set(home.rglob("model.skops"))
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from mlpipe.serving.server import free_port
-from tests.e2e.conftest import _train, predlog_rows
+from tests.e2e.conftest import _train, deploy_one, predlog_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -35,9 +35,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
 
     home = tmp_path_factory.mktemp("mlpipe-sec")
     settings = load_settings(home=home, pii_fields=["email"], pii_key=PII_KEY)
-    data = _train(home, 1)
-    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
-    deployments.deploy(settings, "fraud", info.version)
+    deploy_one(settings)
     v2 = registry.register(
         settings, "fraud", dataset=_train(home, 2), model_path=home / "model2.joblib"
     )

@@ -47,7 +47,7 @@ from typing import Any
 import pytest
 
 from mlpipe.serving.server import free_port
-from tests.e2e.conftest import _train
+from tests.e2e.conftest import deploy_one
 from tests.e2e.test_reliability import _answering, _body, _workers
 
 pytestmark = pytest.mark.e2e
@@ -173,14 +173,11 @@ def _serving(home: Path, launcher: str) -> Iterator[SimpleNamespace]:
     ``mlpipe serve``; on exit, every process it ever had is killed, orphans included."""
     import psutil
 
-    from mlpipe import deployments, registry
     from mlpipe.config import load_settings
     from mlpipe.serving.server import ScoringProcess
 
     settings = load_settings(home=home)
-    data = _train(home, 1)
-    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
-    deployments.deploy(settings, "fraud", info.version)
+    deploy_one(settings)
     env = {
         "MLPIPE_PREDLOG__FSYNC_INTERVAL_S": "0.1",
         # as in conftest: the batcher sheds (503) past its budget on a loaded machine

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from mlpipe.serving.server import free_port
-from tests.e2e.conftest import _train
+from tests.e2e.conftest import deploy_one
 
 pytestmark = pytest.mark.e2e
 
@@ -32,15 +32,13 @@ BODY_WEIGHT = 6
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    from mlpipe import deployments, registry, security
+    from mlpipe import security
     from mlpipe.config import load_settings
     from mlpipe.serving.server import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-fuzz")
     settings = load_settings(home=home)
-    data = _train(home, 1)
-    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
-    deployments.deploy(settings, "fraud", info.version)
+    deploy_one(settings)
     _, key = security.add_tenant(settings, "fuzzer", rate=100_000, burst=100_000)
     server = ScoringProcess(settings, port=free_port(), workers=1, log_path=home / "server.log")
     with server:

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from mlpipe.serving.server import free_port
-from tests.e2e.conftest import _train, predlog_rows
+from tests.e2e.conftest import deploy_one, predlog_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -35,15 +35,12 @@ GOOD = {"model": "fraud", "entity": {}, "features": {"amount": 80.0, "n_items": 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    from mlpipe import deployments, registry
     from mlpipe.config import load_settings
     from mlpipe.serving.server import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-hard")
     settings = load_settings(home=home)
-    data = _train(home, 1)
-    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
-    deployments.deploy(settings, "fraud", info.version)
+    version = deploy_one(settings)
     port = free_port()
     server = ScoringProcess(
         settings,
@@ -58,7 +55,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
     )
     with server:
         yield SimpleNamespace(
-            settings=settings, url=server.url, port=port, home=home, version=info.version
+            settings=settings, url=server.url, port=port, home=home, version=version
         )
 
 

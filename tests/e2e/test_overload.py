@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from mlpipe.serving.server import free_port
-from tests.e2e.conftest import _train, fire, predlog_rows
+from tests.e2e.conftest import deploy_one, fire, predlog_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -32,15 +32,12 @@ def _body(i: int) -> dict[str, Any]:
 def test_beyond_max_inflight_requests_get_fast_503s_and_leave_no_log_row(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    from mlpipe import deployments, registry
     from mlpipe.config import load_settings
     from mlpipe.serving.server import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-overload")
     settings = load_settings(home=home)
-    data = _train(home, 1)
-    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
-    deployments.deploy(settings, "fraud", info.version)
+    deploy_one(settings)
     env = {
         "MLPIPE_RELIABILITY__MAX_INFLIGHT": "2",
         "MLPIPE_RELIABILITY__RECONNECT_EVERY": "0",

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from mlpipe.serving.server import free_port
-from tests.e2e.conftest import _train
+from tests.e2e.conftest import deploy_one
 
 pytestmark = pytest.mark.e2e
 
@@ -29,15 +29,12 @@ _REASONS: Counter[str] = Counter()
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    from mlpipe import deployments, registry
     from mlpipe.config import load_settings
     from mlpipe.serving.server import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-rel")
     settings = load_settings(home=home)
-    data = _train(home, 1)
-    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
-    deployments.deploy(settings, "fraud", info.version)
+    deploy_one(settings)
     server = ScoringProcess(
         settings,
         port=free_port(),
