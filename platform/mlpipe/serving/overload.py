@@ -91,7 +91,6 @@ class OverloadGate:
         path: str = "/predict",
     ) -> None:
         self.app = app
-        self.max_inflight = max_inflight
         self.retry_after = str(retry_after_s).encode()
         self.reconnect_every = reconnect_every
         self.path = path
@@ -102,7 +101,7 @@ class OverloadGate:
         if scope["type"] != "http" or scope["path"] != self.path:
             await self.app(scope, receive, send)
             return
-        if _state["inflight"] >= self.max_inflight:
+        if saturated():
             await _refuse(send, self.retry_after, _overloaded())
             return
         self._admitted += 1
