@@ -19,6 +19,7 @@ import bentoml
 from bentoml._internal.server.http import traffic as _bentoml_traffic
 
 from mlpipe.config import load_settings
+from mlpipe.features.unchecked import skip_feast_type_checks
 from mlpipe.serving import PredictGateway, PredictRequest, ServingRuntime, set_current
 from mlpipe.serving.auth import AuthGateway
 from mlpipe.serving.deadline import Deadline
@@ -28,6 +29,9 @@ from mlpipe.serving.overload import FrontDoor, OverloadGate, saturated
 
 settings = load_settings()
 _s = settings.serving
+
+# Before the runtime imports Feast: its type checks cost seconds of every worker's start-up.
+skip_feast_type_checks()
 
 # BentoML builds its app with whatever this name holds when a worker starts. Its own
 # TimeoutMiddleware keeps every request's context alive for the whole timeout, which

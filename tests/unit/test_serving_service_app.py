@@ -13,6 +13,7 @@ from types import ModuleType
 
 import bentoml
 import pytest
+import typeguard
 from _bentoml_impl.server.app import ServiceAppFactory
 from bentoml._internal.server.http import traffic
 
@@ -26,6 +27,7 @@ def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The service module, loaded fresh; BentoML's names are restored afterwards."""
     monkeypatch.setattr(traffic, "TimeoutMiddleware", traffic.TimeoutMiddleware)
     monkeypatch.setattr(bentoml.Service, "to_asgi", bentoml.Service.to_asgi)
+    monkeypatch.setattr(typeguard, "typechecked", typeguard.typechecked)  # skip_feast_type_checks
     monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
     spec = importlib.util.spec_from_file_location("_scoring_service_under_test", SERVICE)
     assert spec is not None and spec.loader is not None
