@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import warnings
 from typing import Any
 
@@ -25,7 +26,13 @@ from mlpipe.serving.auth import AuthGateway
 from mlpipe.serving.deadline import Deadline
 from mlpipe.serving.intake import RequestIntake
 from mlpipe.serving.oip import InferenceProtocol
-from mlpipe.serving.overload import FrontDoor, OverloadGate, saturated
+from mlpipe.serving.overload import (
+    FrontDoor,
+    InflightBoard,
+    OverloadGate,
+    saturated,
+    share_with_workers,
+)
 
 settings = load_settings()
 _s = settings.serving
@@ -56,6 +63,7 @@ class Scoring:
     """Gateway and model runner in one process per worker (measured fastest on CPU)."""
 
     def __init__(self) -> None:
+        _share_inflight()
         self.runtime = ServingRuntime(settings).start()
         set_current(self.runtime)
 
@@ -75,6 +83,21 @@ class Scoring:
     def shutdown(self) -> None:
         set_current(None)
         self.runtime.close()
+
+
+def _share_inflight() -> None:
+    """With several workers, hold ``max_inflight`` over the server (:mod:`mlpipe.serving.overload`).
+
+    The file is named after the server's address, and its slot 0 after the process
+    that started this worker (BentoML's arbiter, which restarts a worker under the
+    same index), so a crashed worker's slot is taken over by its replacement.
+    """
+    worker = bentoml.server_context.worker_index
+    if _s.workers < 2 or worker is None:
+        return
+    path = settings.state_path / "serving" / f"inflight-{_s.host}-{_s.port}"
+    board = InflightBoard(path, workers=_s.workers, worker=worker, server_pid=os.getppid())
+    share_with_workers(board)
 
 
 def _schema_once(spec: Any) -> None:

@@ -89,9 +89,10 @@ class SecuritySettings(_Section):
 class ReliabilitySettings(_Section):
     """Overload and fault handling on the request path."""
 
-    # per worker; beyond it /predict answers 503 at once. 64, not 256: no 503 at 80 % of
-    # saturation and p99 0.4-1.2 s lower under load, same throughput (bench/README.md)
-    max_inflight: int = Field(64, ge=1)
+    # per worker, held over the server's workers together: beyond max_inflight × workers
+    # in flight, /predict answers 503 at once. By Little's law the bound over the
+    # throughput is how long admitted requests queue above saturation (bench/README.md)
+    max_inflight: int = Field(20, ge=1)
     retry_after_s: int = Field(1, ge=1)
     # every Nth /predict answer of a worker says Connection: close (0: never). Workers share
     # one listening socket and the first to wake accepts a whole burst of connections: at

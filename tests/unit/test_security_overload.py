@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mlpipe.serving.overload import FrontDoor, OverloadGate, saturated
+from mlpipe.serving import overload
+from mlpipe.serving.overload import (
+    FrontDoor,
+    InflightBoard,
+    OverloadGate,
+    saturated,
+    share_with_workers,
+)
 
 
 def _scope(path: str = "/predict") -> dict[str, Any]:
@@ -141,3 +149,48 @@ def test_the_gate_counts_only_its_path() -> None:
     gate = OverloadGate(app, max_inflight=1)
     asyncio.run(gate(_scope("/readyz"), _noop_receive, None))  # type: ignore[arg-type]
     assert seen == ["/readyz"] and not saturated()
+
+
+def test_boards_of_one_server_add_up_and_an_earlier_servers_board_is_cleared(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "serving" / "inflight-127.0.0.1-3000"
+    first, second = (InflightBoard(path, workers=2, worker=w, server_pid=111) for w in (1, 2))
+    first.publish(3)
+    second.publish(5)
+    assert first.total() == second.total() == 8
+    # a worker restarted by the same server keeps its siblings' counts
+    assert InflightBoard(path, workers=2, worker=2, server_pid=111).total() == 8
+    # a new server on the same address does not inherit the old one's counts
+    assert InflightBoard(path, workers=2, worker=1, server_pid=222).total() == 0
+
+
+def test_a_worker_outside_the_server_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="worker 3 is not one of 1..2"):
+        InflightBoard(tmp_path / "board", workers=2, worker=3, server_pid=1)
+    assert not (tmp_path / "board").exists()
+
+
+def test_shared_the_bound_holds_over_the_server_not_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(overload, "_board", [])
+    path = tmp_path / "board"
+    sibling = InflightBoard(path, workers=2, worker=2, server_pid=7)
+    held_here: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        held_here.append(sibling.total())  # this worker's request, seen by its sibling
+        await _ok(scope, receive, send)
+
+    door = FrontDoor(OverloadGate(app, max_inflight=2), ready=lambda: True)
+    share_with_workers(InflightBoard(path, workers=2, worker=1, server_pid=7))
+
+    sibling.publish(3)  # the sibling holds more than its 2: this idle worker still admits
+    status, _, _ = _answer(door)
+    assert status == 200 and held_here == [4] and sibling.total() == 3
+
+    sibling.publish(4)  # 2 × 2 in flight over the server: refused here too
+    status, _, body = _answer(door)
+    assert status == 503 and saturated() and held_here == [4]
+    assert body["error"] == "overloaded: 2 requests in flight per worker"

@@ -27,11 +27,27 @@ worker. Every ``reconnect_every``-th answer therefore says ``Connection:
 close``: the client reconnects, and whichever worker is free to accept takes
 it. ``/readyz`` reports not ready while the worker is saturated
 (:func:`saturated`).
+
+The bound is per worker but held over the whole server: with
+:func:`share_with_workers` each worker publishes its count in a slot of a small
+file its siblings map (:class:`InflightBoard`), and a request is refused when
+the server as a whole holds ``max_inflight`` × workers. Connections do not
+spread evenly over workers (see above), so a per-worker check either refused
+a busy worker's requests while the other idled (a low bound: 503s at 32
+connections) or let every worker fill up (a high one: by Little's law, the
+bound divided by the throughput is the queue the admitted requests wait in).
+Pooled, the bound can be low enough for the admitted requests' tail above
+saturation without refusing anything at 32 connections (bench/README.md,
+"One bound for the server").
 """
 
 from __future__ import annotations
 
+import mmap
+import os
+import struct
 from collections.abc import Callable
+from pathlib import Path
 
 from mlpipe.serving import runtime as _runtime
 from mlpipe.serving.asgi import ASGIApp, Message, Receive, Scope, Send, send_json
@@ -40,9 +56,68 @@ from mlpipe.serving.oip_schema import PREFIX as _OIP
 _state = {"inflight": 0, "limit": 0}
 
 
+class InflightBoard:
+    """The scoring requests in flight of one server's workers: a slot each in a shared file.
+
+    Slot 0 holds the pid of the server process that started the workers; a
+    worker that finds another there (a file left by an earlier server on the
+    same address) clears the file. Each worker writes only its own slot, so no
+    lock is needed; a read of the others may be a moment old, which an
+    admission bound tolerates.
+    """
+
+    def __init__(self, path: Path, *, workers: int, worker: int, server_pid: int) -> None:
+        if not 1 <= worker <= workers:
+            raise ValueError(f"worker {worker} is not one of 1..{workers}")
+        size = 8 * (workers + 1)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if os.fstat(fd).st_size != size:
+                os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        if struct.unpack_from("q", self._map)[0] != server_pid:
+            self._map[:] = bytes(size)
+            struct.pack_into("q", self._map, 0, server_pid)
+        self.workers = workers
+        self._slot = 8 * worker
+        self._slots = struct.Struct(f"{workers}q")
+
+    def publish(self, inflight: int) -> None:
+        """Record this worker's count."""
+        struct.pack_into("q", self._map, self._slot, inflight)
+
+    def total(self) -> int:
+        """The count over all the server's workers."""
+        return sum(self._slots.unpack_from(self._map, 8))
+
+
+_board: list[InflightBoard] = []  # this worker's board, once share_with_workers is called
+
+
+def share_with_workers(board: InflightBoard) -> None:
+    """Hold the bound over the server: saturated when all workers together hold theirs."""
+    _board[:] = [board]
+    board.publish(_state["inflight"])
+
+
 def saturated() -> bool:
-    """True while this worker holds as many scoring requests as it admits."""
-    return _state["limit"] > 0 and _state["inflight"] >= _state["limit"]
+    """True while the server (or, unshared, this worker) holds as many requests as it admits."""
+    limit = _state["limit"]
+    if limit <= 0:
+        return False
+    if _board:
+        board = _board[0]
+        return board.total() >= limit * board.workers
+    return _state["inflight"] >= limit
+
+
+def _count(delta: int) -> None:
+    _state["inflight"] += delta
+    if _board:
+        _board[0].publish(_state["inflight"])
 
 
 def _is_scoring(scope: Scope) -> bool:
@@ -107,11 +182,11 @@ class OverloadGate:
         self._admitted += 1
         if self.reconnect_every and self._admitted % self.reconnect_every == 0:
             send = _closing(send)
-        _state["inflight"] += 1
+        _count(1)
         try:
             await self.app(scope, receive, send)
         finally:
-            _state["inflight"] -= 1
+            _count(-1)
 
 
 async def _refuse(send: Send, retry_after: bytes, message: str, *, close: bool = False) -> None:
@@ -124,7 +199,8 @@ async def _refuse(send: Send, retry_after: bytes, message: str, *, close: bool =
 
 
 def _overloaded() -> str:
-    return f"overloaded: {_state['limit']} requests in flight"
+    per = " per worker" if _board else ""
+    return f"overloaded: {_state['limit']} requests in flight{per}"
 
 
 _CLOSE = (b"connection", b"close")
@@ -146,4 +222,4 @@ def _runtime_ready() -> bool:
     return rt is not None and rt.ready
 
 
-__all__ = ["FrontDoor", "OverloadGate", "saturated"]
+__all__ = ["FrontDoor", "InflightBoard", "OverloadGate", "saturated", "share_with_workers"]
