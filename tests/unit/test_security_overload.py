@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -194,3 +198,22 @@ def test_shared_the_bound_holds_over_the_server_not_the_worker(
     status, _, body = _answer(door)
     assert status == 503 and saturated() and held_here == [4]
     assert body["error"] == "overloaded: 2 requests in flight per worker"
+
+
+def test_opening_a_board_removes_those_of_servers_that_have_exited(tmp_path: Path) -> None:
+    exited = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    gone_pid = int(exited.stdout)
+    gone, live = tmp_path / "inflight-127.0.0.1-1", tmp_path / "inflight-127.0.0.1-2"
+    gone.write_bytes(struct.pack("3q", gone_pid, 4, 0))
+    live.write_bytes(struct.pack("3q", os.getpid(), 1, 1))
+    board = InflightBoard(tmp_path / "inflight-127.0.0.1-3", workers=2, worker=1, server_pid=9)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "inflight-127.0.0.1-2",
+        "inflight-127.0.0.1-3",
+    ]
+    assert board.total() == 0 and live.read_bytes() == struct.pack("3q", os.getpid(), 1, 1)

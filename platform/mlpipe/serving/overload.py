@@ -63,7 +63,9 @@ class InflightBoard:
     worker that finds another there (a file left by an earlier server on the
     same address) clears the file. Each worker writes only its own slot, so no
     lock is needed; a read of the others may be a moment old, which an
-    admission bound tolerates.
+    admission bound tolerates. The file's directory holds boards only: opening
+    one removes those whose server has exited, so servers started on a new
+    port each time leave no trail of files.
     """
 
     def __init__(self, path: Path, *, workers: int, worker: int, server_pid: int) -> None:
@@ -71,6 +73,7 @@ class InflightBoard:
             raise ValueError(f"worker {worker} is not one of 1..{workers}")
         size = 8 * (workers + 1)
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_boards_of_exited_servers(path.parent, keep=path)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if os.fstat(fd).st_size != size:
@@ -92,6 +95,28 @@ class InflightBoard:
     def total(self) -> int:
         """The count over all the server's workers."""
         return sum(self._slots.unpack_from(self._map, 8))
+
+
+def _remove_boards_of_exited_servers(directory: Path, *, keep: Path) -> None:
+    for other in directory.iterdir():
+        if other == keep:
+            continue
+        try:
+            server_pid = struct.unpack_from("q", other.read_bytes())[0]
+        except (OSError, struct.error):  # gone meanwhile, or not yet sized
+            continue
+        if server_pid > 0 and not _alive(server_pid):
+            other.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 _board: list[InflightBoard] = []  # this worker's board, once share_with_workers is called
