@@ -136,8 +136,10 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 def test_a_skewed_online_feature_is_found_and_only_that_one(settings, capsys) -> None:  # type: ignore[no-untyped-def]
     now = time.time()
-    # Clean traffic 10..7 minutes ago, skewed traffic in the last 2 minutes.
-    _served_traffic(settings, "clean", [now - 600 + 3 * i for i in range(62)], perturb=False)
+    # Clean traffic 10..7 minutes ago (the first row 5 s inside the window, so rounding
+    # the timestamp to the warehouse's microseconds cannot move it out), skewed traffic
+    # in the last 2 minutes.
+    _served_traffic(settings, "clean", [now - 595 + 3 * i for i in range(62)], perturb=False)
     _served_traffic(settings, "skewed", [now - 120 + i for i in range(62)], perturb=True)
 
     clean = monitoring.skew(
