@@ -12,7 +12,10 @@ wrote the artifact controls — after the artifact's sha256 has been checked.
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -21,6 +24,7 @@ from mlpipe.errors import InvalidInput
 
 AUTO_TRUSTED_MODULES = ("sklearn.", "lightgbm.", "numpy.", "scipy.", "collections.")
 SKOPS_FILE = "model.skops"
+TORCH_SHIM = "sklearn.externals.array_api_compat.torch"
 
 
 def read_candidate(path: Path) -> Any:
@@ -64,9 +68,7 @@ def _read_mlflow_dir(path: Path) -> Any:
     skops_file = path / SKOPS_FILE
     pickle_file = path / "model.pkl"
     if skops_file.exists():
-        import skops.io
-
-        untrusted = skops.io.get_untrusted_types(file=skops_file)
+        untrusted = _skops_io().get_untrusted_types(file=skops_file)
         return load_skops(skops_file, _auto_trusted(untrusted, extra=()))
     if pickle_file.exists():
         return _read_pickle(pickle_file)
@@ -90,16 +92,32 @@ def _auto_trusted(untrusted: list[str], extra: tuple[str, ...]) -> list[str]:
 
 def trusted_types_for(model: Any, extra: tuple[str, ...]) -> list[str]:
     """The skops types to trust for ``model``; raises InvalidInput naming refused types."""
-    import skops.io
-
-    untrusted = skops.io.get_untrusted_types(data=skops.io.dumps(model))
+    skops_io = _skops_io()
+    untrusted = skops_io.get_untrusted_types(data=skops_io.dumps(model))
     return _auto_trusted(untrusted, extra)
 
 
 def load_skops(path: Path, trusted: list[str]) -> Any:
-    import skops.io
+    return _skops_io().load(path, trusted=trusted)
 
-    return skops.io.load(path, trusted=trusted)
+
+def _skops_io() -> ModuleType:
+    """``skops.io``, imported without PyTorch unless PyTorch is already loaded.
+
+    At import, skops lists the types it trusts with scikit-learn's
+    ``all_estimators``, whose package walk imports every sklearn package,
+    ``sklearn.externals.array_api_compat.torch`` among them: that one imports
+    PyTorch (3-5 s on two cores, in every serving worker that loads a model). The
+    walk ignores packages that fail to import, and the list skips ``externals``
+    anyway, so the shim is held out for the import and let back in afterwards.
+    """
+    if "skops.io" in sys.modules or "torch" in sys.modules or TORCH_SHIM in sys.modules:
+        return importlib.import_module("skops.io")
+    sys.modules[TORCH_SHIM] = None  # type: ignore[assignment]  # import of it raises ImportError
+    try:
+        return importlib.import_module("skops.io")
+    finally:
+        del sys.modules[TORCH_SHIM]
 
 
 def positive_scores(model: Any) -> Any:
