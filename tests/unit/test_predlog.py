@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -96,6 +97,41 @@ def test_background_fsync_on_interval(tmp_path: Path, monkeypatch: pytest.Monkey
     time.sleep(0.3)
     assert calls
     w.close()
+
+
+def test_appends_go_on_while_the_background_fsync_waits_on_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = threading.Event()  # set: the disk answers the fsync
+    started = threading.Event()
+    synced: list[int] = []
+    real = segments.os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        started.set()
+        assert disk.wait(10)
+        real(fd)
+        synced.append(fd)
+
+    monkeypatch.setattr(segments.os, "fsync", slow_fsync)
+    w = SegmentWriter(tmp_path, "w1", fsync_interval_s=0.05)
+    w.append([_record(1)])
+    assert started.wait(5)  # the background thread is inside fsync now
+
+    appended = threading.Thread(target=w.append, args=([_record(2)],))
+    appended.start()
+    appended.join(timeout=2)
+    assert not appended.is_alive(), "append waited for the background fsync"
+    lines = w.current_path.read_bytes().splitlines()  # type: ignore[union-attr]
+    assert [DECODER.decode(line).request_id for line in lines] == ["r1", "r2"]
+
+    disk.set()
+    deadline = time.monotonic() + 5
+    while len(synced) < 2 and time.monotonic() < deadline:  # r2 was left dirty: synced again
+        time.sleep(0.01)
+    assert len(synced) >= 2
+    w.close()
+    assert [p.name.endswith(".jsonl") for p in tmp_path.iterdir()] == [True]
 
 
 def test_closed_writer_refuses(tmp_path: Path) -> None:
