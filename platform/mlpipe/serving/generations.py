@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from mlpipe.serving.metrics import ServingMetrics
 
 logger = logging.getLogger("mlpipe.serving")
+# Logged once by each worker when every deployed model is loaded (ScoringProcess counts it).
+READY_LOG = "ready: serving"
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ class GenerationLoader:
         self.models = models
         if all(name in models for name in wanted) and not self._ready.is_set():
             self._ready.set()
-            logger.info("ready: serving %s", _describe(models))
+            logger.info("%s %s", READY_LOG, _describe(models))
 
     def _load(self, name: str, wanted: int, have: ServingModel | None) -> ServingModel | None:
         """The model at its current generation, or None (refused: ``have`` keeps serving).

@@ -121,8 +121,9 @@ def exec_server(argv: list[str], env: dict[str, str]) -> NoReturn:
 class ScoringProcess:
     """The scoring service as a child process in its own process group (for demos and tests).
 
-    ``with ScoringProcess(settings, port=...) as server:`` starts it, waits for
-    ``/readyz`` and, on exit, stops the whole process group (SIGTERM, then SIGKILL).
+    ``with ScoringProcess(settings, port=...) as server:`` starts it, waits until
+    ``/readyz`` answers and every worker has loaded its models, and, on exit,
+    stops the whole process group (SIGTERM, then SIGKILL).
     """
 
     def __init__(
@@ -136,6 +137,7 @@ class ScoringProcess:
     ) -> None:
         argv, base_env = server_command(settings, host="127.0.0.1", port=port, workers=workers)
         self.url = f"http://127.0.0.1:{port}"
+        self.workers = workers
         self.log_path = log_path or settings.state_path / f"serve-{port}.log"
         self._argv, self._env = argv, {**base_env, **(env or {})}
         self._proc: subprocess.Popen[bytes] | None = None
@@ -148,7 +150,7 @@ class ScoringProcess:
         self.stop()
 
     def start(self, ready_timeout_s: float = 180.0) -> None:
-        """Start the server and wait for ``/readyz``; raises StoreUnavailable if never ready."""
+        """Start the server and wait until every worker is ready; StoreUnavailable if never."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             self._proc = subprocess.Popen(
@@ -190,9 +192,18 @@ class ScoringProcess:
         import httpx
 
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+            answered = httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
+        return answered and self._every_worker_loaded()
+
+    def _every_worker_loaded(self) -> bool:
+        """``/readyz`` is answered by whichever worker takes the connection, so it says 200
+        as soon as one is ready while a sibling may still be loading (and refusing with
+        "not ready"); each worker logs ``READY_LOG`` once its models are loaded."""
+        from mlpipe.serving.generations import READY_LOG
+
+        return self.log_path.read_text(errors="replace").count(READY_LOG) >= self.workers
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop the whole process group; idempotent."""
