@@ -74,10 +74,12 @@ def _import_everything() -> None:
     import mlflow.store.model_registry.sqlalchemy_store  # noqa: F401
     import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
     import pandas  # noqa: F401
-    import skops.io  # noqa: F401
 
     import mlpipe.registry  # noqa: F401
+    from mlpipe.registry._artifacts import _skops_io
     from mlpipe_cli import main as _  # noqa: F401
+
+    _skops_io()  # as a registration imports it: without PyTorch
 
 
 def _work(args: argparse.Namespace, worker: int, in_subprocess: set[int]) -> None:
