@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,67 @@ def test_timed_out_requests_load_with_their_status(settings):
     assert warehouse.sync(settings).rows_loaded == 3
     found = warehouse.query(settings, "SELECT request_id, status FROM predictions ORDER BY 1")
     assert found.rows == [("t0", "ok"), ("t1", "timeout"), ("t2", "ok")]
+
+
+def _no_row_checks(monkeypatch) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("a clean chunk went through the row-checking path")
+
+    monkeypatch.setattr(_sync, "_read_chunk", refuse)
+
+
+def test_clean_segments_load_in_one_statement_with_exact_counts(settings, monkeypatch):
+    _no_row_checks(monkeypatch)
+    _write(settings.predlog_path / "w1" / "seg-1.jsonl", _records(40, "a"))
+    b_rows = _records(25, "b")
+    _write(settings.predlog_path / "w2" / "seg-1.jsonl", b_rows)
+    _write(settings.predlog_path / "w2" / "empty.jsonl", [])
+    first = warehouse.sync(settings)
+    assert (first.rows_read, first.rows_loaded, first.rows_total) == (65, 65, 65)
+    # a replay of loaded rows is still clean: read, not loaded
+    _write(settings.predlog_path / "w3" / "replay.jsonl", _records(40, "a") + _records(2, "c"))
+    again = warehouse.sync(settings)
+    assert (again.rows_read, again.rows_loaded, again.duplicates) == (42, 2, 40)
+    booked = warehouse.query(settings, "SELECT path, rows FROM segments ORDER BY path").rows
+    assert booked == [
+        ("w1/seg-1.jsonl", 40),
+        ("w2/empty.jsonl", 0),
+        ("w2/seg-1.jsonl", 25),
+        ("w3/replay.jsonl", 42),
+    ]
+    stored = warehouse.query(
+        settings, "SELECT request_id, ts, features, segment FROM predictions WHERE request_id='b3'"
+    ).rows
+    assert stored[0][0] == "b3" and stored[0][3] == "w2/seg-1.jsonl"
+    assert stored[0][1].replace(tzinfo=UTC).timestamp() == pytest.approx(b_rows[3].ts, abs=1e-5)
+    assert stored[0][2] == '{"amount":3.0,"age":null}'
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"\n", "a blank line"),
+        (b'{"request_id": "x1", "arm": "blue"}\n', "a row that is not a record"),
+    ],
+)
+def test_a_chunk_the_one_statement_refuses_loads_by_rows_and_nothing_doubles(
+    settings, content, why
+):
+    good = b"".join(ENCODER.encode(r) + b"\n" for r in _records(30, "g"))
+    (settings.predlog_path).mkdir(parents=True)
+    (settings.predlog_path / "a.jsonl").write_bytes(good)
+    (settings.predlog_path / "b.jsonl").write_bytes(
+        ENCODER.encode(_records(1, "h")[0]) + b"\n" + content
+    )
+    result = warehouse.sync(settings)
+    assert (result.rows_read, result.rows_loaded, result.rows_total) == (31, 31, 31), why
+    skipped = [(s.segment, s.line) for s in result.skipped]
+    assert skipped == ([] if content == b"\n" else [("b.jsonl", 2)]), why
+
+
+def test_the_same_new_rows_in_two_segments_of_one_sync_load_once(settings):
+    _write(settings.predlog_path / "w1" / "seg.jsonl", _records(20, "d"))
+    _write(settings.predlog_path / "w2" / "seg.jsonl", _records(20, "d"))
+    result = warehouse.sync(settings)
+    assert (result.rows_read, result.rows_loaded, result.duplicates) == (40, 20, 20)
+    assert warehouse.sync(settings).segments_unchanged == 2

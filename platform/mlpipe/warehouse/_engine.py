@@ -111,16 +111,26 @@ def _database_exists(url: str) -> bool:
 
 
 @contextmanager
-def write(settings: Settings, notify: Notify | None = None) -> Iterator[Connection]:
-    """A write transaction on a migrated warehouse: commit on success, roll back on error."""
+def writer(settings: Settings, notify: Notify | None = None) -> Iterator[Connection]:
+    """A write connection on a migrated warehouse, for a caller that commits in several steps.
+
+    The caller opens each transaction (``with conn.begin():``); a failed write
+    raises :class:`StoreUnavailable`.
+    """
     with _connect(settings, False, notify) as conn:
         try:
             with conn.begin():
                 _schema.migrate(conn)
-            with conn.begin():
-                yield conn
+            yield conn
         except DBAPIError as exc:
             raise StoreUnavailable(f"warehouse write failed: {exc.orig}") from exc
+
+
+@contextmanager
+def write(settings: Settings, notify: Notify | None = None) -> Iterator[Connection]:
+    """A write transaction on a migrated warehouse: commit on success, roll back on error."""
+    with writer(settings, notify) as conn, conn.begin():
+        yield conn
 
 
 @contextmanager
