@@ -57,6 +57,8 @@ warnings.filterwarnings("ignore", message="X does not have valid feature names")
     # BentoML's own cut-off stays behind mlpipe's (504, logged as a timeout) so ours decides
     traffic={"timeout": _s.request_timeout_s + 5},
     logging={"access": {"enabled": False}},
+    # Tracing off: the middleware's span bookkeeping was ~10 % of a worker's CPU under load.
+    tracing={} if _s.tracing else {"excluded_urls": [".*"]},
     endpoints={"livez": "/livez", "readyz": "/readyz"},
 )
 class Scoring:

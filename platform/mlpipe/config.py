@@ -41,6 +41,10 @@ class ServingSettings(_Section):
     # A request not answered this long after it arrived gets 504 (and is logged as a
     # timeout, never as an answer); the body must also arrive within it (else 408).
     request_timeout_s: float = Field(10.0, gt=0)
+    # BentoML's OpenTelemetry middleware on /predict and /v2: off, it passes every request
+    # straight through (at BentoML's default sample rate of 0 it recorded nothing anyway);
+    # on, BentoML's own `tracing` configuration (exporter, sample rate) applies.
+    tracing: bool = False
 
 
 class PredlogSettings(_Section):

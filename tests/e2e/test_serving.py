@@ -41,6 +41,8 @@ def test_health_and_contract(stack: Any) -> None:
     assert (data["model"], data["version"], data["arm"]) == ("fraud", stack.versions[1], "champion")
     assert data["generation"] == 1 and data["features_missing"] == []
     assert 0 <= data["score"] <= 1 and data["label"] in (0, 1)
+    # serving.tracing is off by default: BentoML's tracing middleware made no span
+    assert "x-bentoml-request-id" not in r.headers
 
 
 @pytest.mark.parametrize(
