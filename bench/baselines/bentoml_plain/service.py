@@ -4,7 +4,7 @@ What a user writes without mlpipe: load ``models:/fraud/<v>`` with MLflow,
 one batchable API taking rows of the model's features and returning
 P(fraud). ``BENCH_TUNED`` unset: BentoML's defaults (one worker, access log
 on, default batch size and window). ``BENCH_TUNED=1``: the workers, batch
-size, batch window and logging mlpipe uses (``BENCH_WORKERS``,
+size, batch window, logging and tracing (off: ``serving.tracing``) mlpipe uses (``BENCH_WORKERS``,
 ``BENCH_MAX_BATCH_SIZE``, ``BENCH_MAX_LATENCY_MS``, set by the runner from
 mlpipe's settings). ``BENCH_MODEL_URI`` names the model; ``MLFLOW_TRACKING_URI``
 the registry.
@@ -27,6 +27,7 @@ if TUNED:
     _service = {
         "workers": int(os.environ.get("BENCH_WORKERS", "2")),
         "logging": {"access": {"enabled": False}},
+        "tracing": {"excluded_urls": [".*"]},
     }
     _api = {
         "max_batch_size": int(os.environ.get("BENCH_MAX_BATCH_SIZE", "64")),
