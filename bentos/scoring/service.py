@@ -68,6 +68,7 @@ class Scoring:
         _share_inflight()
         self.runtime = ServingRuntime(settings).start()
         set_current(self.runtime)
+        _bind_once(self, "predict")
 
     @bentoml.api(
         route="/predict",
@@ -100,6 +101,18 @@ def _share_inflight() -> None:
     path = settings.state_path / "serving" / f"inflight-{_s.host}-{_s.port}"
     board = InflightBoard(path, workers=_s.workers, worker=worker, server_pid=os.getppid())
     share_with_workers(board)
+
+
+def _bind_once(instance: object, name: str) -> None:
+    """Keep the API method BentoML binds to ``instance`` on the instance itself.
+
+    BentoML looks the method up on the instance for every request, and each lookup
+    builds a new wrapper around ``inspect.signature`` (6 % of a worker's CPU at c=32,
+    py-spy; bench/README.md). The binding never changes, so the first is kept: an
+    instance attribute wins over the (non-data) descriptor.
+    """
+    descriptor = type(instance).__dict__[name]
+    setattr(instance, name, descriptor.__get__(instance, type(instance)))
 
 
 def _schema_once(spec: Any) -> None:
