@@ -272,11 +272,24 @@ def test_clean_segments_load_in_one_statement_with_exact_counts(settings, monkey
     assert stored[0][2] == '{"amount":3.0,"age":null}'
 
 
+def _with(**raw: str) -> bytes:
+    """A whole record line with some fields replaced by raw JSON text."""
+    import json
+
+    record = json.loads(ENCODER.encode(_records(1, "bad")[0]))
+    for key in raw:
+        del record[key]
+    fields = [json.dumps(record)[1:-1], *(f'"{k}": {v}' for k, v in raw.items())]
+    return ("{" + ", ".join(fields) + "}\n").encode()
+
+
 @pytest.mark.parametrize(
     ("content", "why"),
     [
         (b"\n", "a blank line"),
         (b'{"request_id": "x1", "arm": "blue"}\n', "a row that is not a record"),
+        (_with(features='"{not an object}"'), "features a JSON string"),
+        (_with(entity="[1, 2]"), "entity a list"),
     ],
 )
 def test_a_chunk_the_one_statement_refuses_loads_by_rows_and_nothing_doubles(

@@ -237,6 +237,8 @@ def _segments_sql(root: Path) -> str:
     """
     prefix = len(root.as_posix()) + 2  # 1-based substr after "<root>/"
     valid = " AND ".join(f"{c} IS NOT NULL" for c in _REQUIRED)
+    # A JSON value's text starts with "{" exactly when it is an object (a string
+    # starts with a quote): checked without parsing it again, as json_type would.
     return f"""
         SELECT request_id, arm, make_timestamp(CAST(ts * 1000000 AS BIGINT)) AS ts, tenant,
                model, version, generation, entity_key, CAST(entity AS VARCHAR) AS entity,
@@ -249,7 +251,8 @@ def _segments_sql(root: Path) -> str:
                CAST($now AS TIMESTAMP) AS loaded_at,
                coalesce({valid} AND arm IN ('champion', 'canary', 'shadow')
                  AND coalesce(status, 'ok') IN ('ok', 'error', 'timeout')
-                 AND json_type(features) = 'OBJECT' AND json_type(entity) = 'OBJECT',
+                 AND starts_with(CAST(features AS VARCHAR), '{{')
+                 AND starts_with(CAST(entity AS VARCHAR), '{{'),
                  false) AS ok
         FROM read_json($files, format = 'newline_delimited', columns = {_JSON_COLUMNS},
                        filename = true)
