@@ -404,9 +404,9 @@ def _book(conn: Connection, finished: list[tuple[str, int, int, int]], now: date
 
 
 def _load_batch(
-    conn: Connection, batch: _Batch, result: SyncResult, now: datetime, duckdb: bool
+    conn: Connection, batch: _Batch, result: SyncResult, now: datetime, on_duckdb: bool
 ) -> None:
-    insert = _insert_duckdb if duckdb else _insert_generic
+    insert = _insert_duckdb if on_duckdb else _insert_generic
     result.skipped.extend(batch.skipped)
     for table in batch.tables:
         result.rows_read += table.num_rows
@@ -416,13 +416,17 @@ def _load_batch(
 
 
 def _load_closed(
-    conn: Connection, chunk: list[_Segment], root: Path, result: SyncResult, now: datetime
+    conn: Connection,
+    chunk: list[_Segment],
+    root: Path,
+    result: SyncResult,
+    now: datetime,
+    on_duckdb: bool,
 ) -> None:
     """One chunk of closed segments in its own transaction: one statement, or row checks."""
     import duckdb
 
-    is_duckdb = conn.dialect.name == "duckdb"
-    if is_duckdb:
+    if on_duckdb:
         try:
             with conn.begin():
                 read, loaded, finished = _load_whole(conn, chunk, root, now)
@@ -433,7 +437,7 @@ def _load_closed(
         except (duckdb.Error, _NotWhole):
             pass  # rolled back: nothing of this chunk landed
     with conn.begin():
-        _load_batch(conn, _read_chunk(chunk, root, now), result, now, is_duckdb)
+        _load_batch(conn, _read_chunk(chunk, root, now), result, now, on_duckdb)
 
 
 def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult:
@@ -457,6 +461,7 @@ def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult
     root = settings.predlog_path
     result = SyncResult()
     now = datetime.now(UTC).replace(tzinfo=None)
+    on_duckdb = _engine.is_duckdb(settings.warehouse)
     seg = _schema.segments
     with _engine.writer(settings, notify) as conn:
         with conn.begin():
@@ -473,12 +478,12 @@ def sync(settings: Settings, notify: _engine.Notify | None = None) -> SyncResult
             # a segment still open is read line by line by the contract decoder
             (closed if path.name.endswith(".jsonl") else open_).append((rel, path, size))
         for chunk in _chunks(closed):
-            _load_closed(conn, chunk, root, result, now)
+            _load_closed(conn, chunk, root, result, now, on_duckdb)
         with conn.begin():
             for rel, path, _ in open_:
                 batch = _Batch([], [], [])
                 batch.add_parsed(rel, path.read_bytes(), now)
-                _load_batch(conn, batch, result, now, _engine.is_duckdb(settings.warehouse))
+                _load_batch(conn, batch, result, now, on_duckdb)
             result.deployments_loaded = _mirror.insert_missing(conn, history)
             result.rows_total = conn.execute(
                 sa.select(sa.func.count()).select_from(_schema.predictions)
