@@ -197,7 +197,7 @@ def test_segments_read_in_chunks_load_every_row_once(settings, monkeypatch):
     assert (again.rows_loaded, again.segments_unchanged) == (0, 5)
 
 
-def test_a_warehouse_from_migration_2_keeps_its_rows_and_stores_features_uncompressed(settings):
+def test_a_warehouse_from_migration_2_keeps_its_rows_uncompressed_and_unindexed(settings):
     import duckdb
 
     _write(settings.predlog_path / "seg-1.jsonl", _records(30))
@@ -208,12 +208,15 @@ def test_a_warehouse_from_migration_2_keeps_its_rows_and_stores_features_uncompr
         con.execute("CREATE TABLE old AS SELECT * FROM predictions")
         con.execute("DROP TABLE predictions")
         ddl = str(sa.schema.CreateTable(_schema.predictions).compile(dialect=sqlite.dialect()))
+        assert "PRIMARY KEY (request_id, arm)" in ddl
         con.execute(ddl)
         con.execute("INSERT INTO predictions SELECT * FROM old")
         con.execute("DROP TABLE old")
-        con.execute("DELETE FROM schema_migrations WHERE version = 3")
+        con.execute("DELETE FROM schema_migrations WHERE version >= 3")
     _write(settings.predlog_path / "seg-2.jsonl", _records(5, "n"))
-    assert warehouse.sync(settings).rows_total == 35
+    _write(settings.predlog_path / "replay.jsonl", _records(30))
+    result = warehouse.sync(settings)
+    assert (result.rows_loaded, result.rows_total) == (5, 35)
     after = warehouse.query(settings, "SELECT * FROM predictions ORDER BY request_id").rows
     assert [r for r in after if not r[0].startswith("n")] == before
     with duckdb.connect(str(path), read_only=True) as con:
@@ -221,10 +224,21 @@ def test_a_warehouse_from_migration_2_keeps_its_rows_and_stores_features_uncompr
             "SELECT DISTINCT compression FROM pragma_storage_info('predictions') "
             "WHERE column_name = 'features' AND segment_type = 'VARCHAR'"
         ).fetchall()
+        keys = con.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'predictions' "
+            "AND constraint_type = 'PRIMARY KEY'"
+        ).fetchone()
+        versions = con.execute("SELECT max(version) FROM schema_migrations").fetchone()
     assert kinds == [("Uncompressed",)]
-    with duckdb.connect(str(path)) as con:  # the key survived the copy
-        with pytest.raises(duckdb.ConstraintException):
-            con.execute("INSERT INTO predictions SELECT * FROM predictions LIMIT 1")
+    assert keys == (0,)  # migration 4: the loader keeps the key (see the tests below)
+    assert versions == (_schema.HEAD,)
+
+
+def test_predictions_keeps_its_primary_key_outside_duckdb():
+    from sqlalchemy.dialects import postgresql
+
+    create = sa.schema.CreateTable(_schema.predictions)
+    assert "PRIMARY KEY (request_id, arm)" in str(create.compile(dialect=postgresql.dialect()))
 
 
 def test_timed_out_requests_load_with_their_status(settings):
@@ -313,3 +327,17 @@ def test_the_same_new_rows_in_two_segments_of_one_sync_load_once(settings):
     result = warehouse.sync(settings)
     assert (result.rows_read, result.rows_loaded, result.duplicates) == (40, 20, 20)
     assert warehouse.sync(settings).segments_unchanged == 2
+
+
+def test_a_request_logged_twice_in_one_segment_loads_once(settings):
+    rows = _records(20, "d")
+    _write(settings.predlog_path / "seg.jsonl", [*rows, rows[7]])
+    result = warehouse.sync(settings)
+    assert (result.rows_loaded, result.rows_total) == (20, 20)
+    twice = warehouse.query(
+        settings,
+        "SELECT count(*) FROM (SELECT request_id, arm FROM predictions "
+        "GROUP BY ALL HAVING count(*) > 1)",
+    ).rows
+    assert twice == [(0,)]
+    assert warehouse.sync(settings).segments_unchanged == 1
