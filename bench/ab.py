@@ -92,16 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                     rates = _rates(args.open, base["rps"] if base else 0.0)
                 for rate in rates:
                     for label in order:
-                        sample = loadgen.run(
-                            lambda p=ports[label], rt=rate: loadgen.open_loop(
-                                "127.0.0.1",
-                                p,
-                                "/predict",
-                                body,
-                                rate=rt,
-                                duration_s=args.duration,
-                                warmup_s=OPEN_WARMUP_S,
-                            )
+                        sample = loadgen.open_loop(
+                            "127.0.0.1",
+                            ports[label],
+                            "/predict",
+                            body,
+                            rate=rate,
+                            duration_s=args.duration,
+                            warmup_s=OPEN_WARMUP_S,
                         )
                         rows.append(_row("open", sample, label, r, rate=rate))
     finally:
@@ -120,10 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _closed(port: int, body: loadgen.BodyFactory, concurrency: int, seconds: float) -> Any:
-    return loadgen.run(
-        lambda: loadgen.closed_loop(
-            "127.0.0.1", port, "/predict", body, concurrency=concurrency, duration_s=seconds
-        )
+    return loadgen.closed_loop(
+        "127.0.0.1", port, "/predict", body, concurrency=concurrency, duration_s=seconds
     )
 
 

@@ -1,114 +1,126 @@
-"""A small asyncio HTTP/1.1 load generator for loopback: closed loop and open loop.
+"""The bench's load generator: ``bench/loadgen.c``, built on first use and driven from here.
 
-Why not wrk: wrk is closed-loop only (its latency tails hide coordinated
-omission) and wrk2 is not in Debian. A raw-socket asyncio client on uvloop
-costs ~20-40 µs of CPU a request here, records every request's latency
-exactly, and drives a fixed arrival rate where latency is measured from the
-*scheduled* send time, so a stalled server shows in p99 instead of slowing
-the generator down. Every loop is bounded by a deadline and a per-request
-timeout; nothing runs past ``duration_s + timeout_s``.
+Closed loop (``concurrency`` connections, each sending its next request when
+the last is answered) and open loop (a fixed arrival ``rate`` whatever the
+answers, latency from the *scheduled* arrival, so a stalled server shows in
+p99 instead of slowing the generator down). Why C and not asyncio or wrk:
+the generator shares the machine's two cores with the server it measures,
+and the asyncio client cost 96-153 µs of CPU a request open loop (bench/README.md,
+"Load generator"); wrk is closed loop only and wrk2 is not in Debian.
+
+Request ``i`` sends ``bodies(i)``. An open loop writes one body for each of
+its arrivals; a closed loop writes ``CLOSED_BODIES`` and request ``i`` sends
+body ``i mod CLOSED_BODIES``. Bodies are written once per body factory and
+reused by every run that needs no more of them.
 """
 
 from __future__ import annotations
 
-import asyncio
-import gc
+import atexit
 import itertools
-import time
+import os
+import shutil
+import subprocess
+import tempfile
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from bench.summary import Sample
 
 BodyFactory = Callable[[int], bytes]
 
-try:  # uvloop roughly halves the client's own CPU per request
-    import uvloop as _uvloop
-except ImportError:  # pragma: no cover
-    _uvloop = None
+SOURCE = Path(__file__).with_name("loadgen.c")
+BUILD = Path(__file__).parent / "results" / ".build"
+CLOSED_BODIES = 65_536
+_KEEP_BODIES = 8
+_RECORD = np.dtype([("latency", "<f8"), ("status", "<i4"), ("done_ms", "<i4")])
+_bodies: dict[int, tuple[BodyFactory, Path, int]] = {}
+_scratch: list[Path] = []
+_runs = itertools.count()
 
 
-class _Conn:
-    """One keep-alive connection."""
-
-    def __init__(self, host: str, port: int, path: str) -> None:
-        self.host, self.port = host, port
-        self.head = (
-            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            "Content-Type: application/json\r\nContent-Length: "
-        ).encode()
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def request(self, body: bytes) -> int:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
-        self.writer.write(self.head + str(len(body)).encode() + b"\r\n\r\n" + body)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length = -1
-        chunked = close = False
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            name = name.strip().lower()
-            if name == b"content-length":
-                length = int(value)
-            elif name == b"transfer-encoding" and b"chunked" in value.lower():
-                chunked = True
-            elif name == b"connection" and b"close" in value.lower():
-                close = True
-        if chunked:
-            while True:
-                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                await self.reader.readexactly(size + 2)
-                if size == 0:
-                    break
-        elif length >= 0:
-            await self.reader.readexactly(length)
-        else:
-            await self.reader.read()
-            close = True
-        if close:
-            self.close()
-        return status
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-class _Recorder:
-    def __init__(self) -> None:
-        self.latencies: list[float] = []
-        self.error_latencies: list[float] = []  # non-2xx answers: how fast a 503 came back
-        self.errors = 0
-        self.statuses: Counter[int] = Counter()
-
-    def sample(self, elapsed: float) -> Sample:
-        return Sample(
-            self.latencies, self.errors, elapsed, dict(self.statuses), self.error_latencies
+def binary() -> Path:
+    """The built generator, (re)built from ``loadgen.c`` when missing or older than it."""
+    out = BUILD / "loadgen"
+    if out.exists() and out.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return out
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise RuntimeError(
+            f"the bench builds its load generator from {SOURCE} and needs a C compiler: "
+            "none found (install gcc, or set CC)"
         )
+    BUILD.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"loadgen.{os.getpid()}")
+    built = subprocess.run(
+        [cc, "-O2", "-Wall", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"building {SOURCE} with {cc} failed:\n{built.stderr}")
+    tmp.replace(out)  # atomic: parallel builders never see a half-written binary
+    return out
 
 
-async def _one(conn: _Conn, body: bytes, t0: float, timeout_s: float, rec: _Recorder) -> None:
+def _scratch_dir() -> Path:
+    if not _scratch:
+        _scratch.append(Path(tempfile.mkdtemp(prefix="mlpipe-loadgen-")))
+        atexit.register(shutil.rmtree, _scratch[0], True)
+    return _scratch[0]
+
+
+def _bodies_file(bodies: BodyFactory, count: int) -> Path:
+    """``bodies(0..count-1)``, one a line, in a file kept for later runs of the same factory."""
+    cached = _bodies.pop(id(bodies), None)
+    if cached and cached[0] is bodies and cached[2] >= count:
+        _bodies[id(bodies)] = cached  # now the latest used
+        return cached[1]
+    if cached:
+        cached[1].unlink(missing_ok=True)
+    path = _scratch_dir() / f"bodies-{id(bodies)}-{count}"
+    with path.open("wb") as f:
+        for i in range(count):
+            body = bodies(i)
+            if b"\n" in body:
+                raise ValueError(f"body {i} holds a newline: the generator reads one body a line")
+            f.write(body + b"\n")
+    _bodies[id(bodies)] = (bodies, path, count)  # the factory kept alive: its id stays its own
+    while len(_bodies) > _KEEP_BODIES:  # a soak makes a factory a window: keep the latest
+        _, old, _ = _bodies.pop(next(iter(_bodies)))
+        old.unlink(missing_ok=True)
+    return path
+
+
+def _run(host: str, port: int, path: str, body_file: Path, args: list[str], limit_s: float) -> Any:
+    out = body_file.with_name(f"out-{next(_runs)}")
+    cmd = [str(binary()), "--host", host, "--port", str(port), "--path", path]
+    cmd += ["--bodies", str(body_file), "--out", str(out), *args]
     try:
-        status = await asyncio.wait_for(conn.request(body), timeout_s)
-    except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError):
-        conn.close()
-        rec.errors += 1
-        rec.statuses[0] += 1
-        return
-    rec.statuses[status] += 1
-    if 200 <= status < 300:
-        rec.latencies.append(time.perf_counter() - t0)
-    else:
-        rec.error_latencies.append(time.perf_counter() - t0)
-        rec.errors += 1
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit_s)
+        if done.returncode != 0:
+            raise RuntimeError(f"load generator failed ({done.returncode}): {done.stderr.strip()}")
+        return np.fromfile(out, dtype=_RECORD)
+    finally:
+        out.unlink(missing_ok=True)
 
 
-async def closed_loop(
+def _sample(records: Any, elapsed_s: float) -> Sample:
+    status = records["status"]
+    ok = (status >= 200) & (status < 300)
+    answered_badly = ~ok & (status != 0)  # timeouts and failed connections have no latency
+    return Sample(
+        records["latency"][ok].tolist(),
+        int((~ok).sum()),
+        elapsed_s,
+        {int(s): int(n) for s, n in Counter(status.tolist()).items()},
+        records["latency"][answered_badly].tolist(),
+    )
+
+
+def closed_loop(
     host: str,
     port: int,
     path: str,
@@ -121,28 +133,16 @@ async def closed_loop(
 ) -> Sample:
     """``concurrency`` connections, each sending its next request when the last one is answered.
 
-    Requests answered during ``warmup_s`` are not recorded.
+    Requests sent during ``warmup_s`` are not recorded.
     """
-    counter = itertools.count()
-    start = time.perf_counter()
-    measure_from = start + warmup_s
-    deadline = measure_from + duration_s
-    rec, warm = _Recorder(), _Recorder()
-
-    async def worker() -> None:
-        conn = _Conn(host, port, path)
-        try:
-            while (t0 := time.perf_counter()) < deadline:
-                target = rec if t0 >= measure_from else warm
-                await _one(conn, bodies(next(counter)), t0, timeout_s, target)
-        finally:
-            conn.close()
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return rec.sample(deadline - measure_from)
+    args = ["--concurrency", str(concurrency), "--duration", str(duration_s)]
+    args += ["--warmup", str(warmup_s), "--timeout", str(timeout_s)]
+    limit = warmup_s + duration_s + timeout_s + 30
+    records = _run(host, port, path, _bodies_file(bodies, CLOSED_BODIES), args, limit)
+    return _sample(records, duration_s)
 
 
-async def open_loop(
+def open_loop(
     host: str,
     port: int,
     path: str,
@@ -156,78 +156,19 @@ async def open_loop(
 ) -> Sample:
     """Requests arriving at a fixed ``rate`` per second for ``duration_s``, whatever the answers.
 
-    Each arrival takes an idle connection (opening one, up to ``max_connections``);
-    latency runs from the scheduled arrival time, so waiting for a connection
-    counts. Arrivals in the first ``warmup_s`` (same rate) are not recorded: they
-    open the connections and meet the server's reaction to the step in load.
-    After the last arrival, the answers still in flight get ``timeout_s``.
+    Each arrival takes an idle connection (opening one, up to ``max_connections``)
+    or waits for one in arrival order; latency runs from the scheduled arrival,
+    so waiting for a connection counts. Arrivals in the first ``warmup_s`` (same
+    rate) are not recorded: they open the connections and meet the server's
+    reaction to the step in load. After the last arrival, the answers still in
+    flight get ``timeout_s``; what is unanswered then counts as an error.
     """
-    rec, warm = _Recorder(), _Recorder()
-    idle: list[_Conn] = []
-    opened = 0
-    free = asyncio.Condition()
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def arrival(i: int, t_sched: float, rec: _Recorder) -> None:
-        nonlocal opened
-        async with free:
-            while not idle and opened >= max_connections:
-                await free.wait()
-            if idle:
-                conn = idle.pop()
-            else:
-                opened += 1
-                conn = _Conn(host, port, path)
-        try:
-            await _one(conn, bodies(i), t_sched, timeout_s, rec)
-        finally:
-            async with free:
-                idle.append(conn)
-                free.notify()
-
-    interval = 1.0 / rate
-    skipped = int(rate * warmup_s)
-    total = skipped + int(rate * duration_s)
-    start = time.perf_counter()
-    for i in range(total):
-        t_sched = start + i * interval
-        delay = t_sched - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.ensure_future(arrival(i, t_sched, rec if i >= skipped else warm))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.wait(tasks, timeout=timeout_s + 1.0)
-    for task in list(tasks):
-        task.cancel()
-    unanswered = total - skipped - len(rec.latencies) - rec.errors
-    if unanswered:  # still waiting after the grace period: a timeout
-        rec.errors += unanswered
-        rec.statuses[0] += unanswered
-    for conn in idle:
-        conn.close()
-    return rec.sample(duration_s)
+    total = int(rate * warmup_s) + int(rate * duration_s)
+    args = ["--rate", repr(float(rate)), "--duration", str(duration_s), "--warmup", str(warmup_s)]
+    args += ["--timeout", str(timeout_s), "--max-conns", str(max_connections)]
+    limit = warmup_s + duration_s + timeout_s + 30
+    records = _run(host, port, path, _bodies_file(bodies, max(total, 1)), args, limit)
+    return _sample(records, duration_s)
 
 
-def run(coro_factory: Callable[[], object]) -> Sample:
-    """Run one load coroutine on a fresh (uv)loop, with the cycle collector paused.
-
-    A load run allocates fast and keeps every latency; the generator's own GC
-    pauses (a full collection scans the whole heap) stalled every connection at
-    once and showed up as server latency. Paused, the generator drove the same
-    mlpipe server at ~1.6 x the rate (bench/README.md, "GC stalls").
-    """
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
-        if _uvloop is not None:
-            return _uvloop.run(coro_factory())  # type: ignore[arg-type]
-        return asyncio.run(coro_factory())  # type: ignore[arg-type]
-    finally:
-        gc.enable()
-        gc.unfreeze()
-
-
-__all__ = ["BodyFactory", "closed_loop", "open_loop", "run"]
+__all__ = ["BodyFactory", "binary", "closed_loop", "open_loop"]

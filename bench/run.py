@@ -279,26 +279,20 @@ def _load(
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
     host, path = "127.0.0.1", spec.path
-    loadgen.run(
-        lambda: loadgen.closed_loop(
-            host, port, path, body, concurrency=max(args.concurrency), duration_s=args.warmup
-        )
+    loadgen.closed_loop(
+        host, port, path, body, concurrency=max(args.concurrency), duration_s=args.warmup
     )
     for c in args.concurrency:
-        sample = loadgen.run(
-            lambda c=c: loadgen.closed_loop(
-                host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5
-            )
+        sample = loadgen.closed_loop(
+            host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5
         )
         rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
         _progress(rows[-1])
     if spec.name == "mlpipe" and not spec.label and not rates:
         rates[:] = _open_rates(args.open, best_closed(rows, "mlpipe"))
     for rate in rates:
-        sample = loadgen.run(
-            lambda r=rate: loadgen.open_loop(
-                host, port, path, body, rate=r, duration_s=args.duration, warmup_s=OPEN_WARMUP_S
-            )
+        sample = loadgen.open_loop(
+            host, port, path, body, rate=rate, duration_s=args.duration, warmup_s=OPEN_WARMUP_S
         )
         rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
         _progress(rows[-1])

@@ -64,15 +64,13 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal sent
         offset = sent  # every window continues the request stream: no repeats, no cache hits
         sent += int(args.rate * seconds)
-        return loadgen.run(
-            lambda: loadgen.open_loop(
-                "127.0.0.1",
-                port,
-                spec.path,
-                lambda i: body(offset + i),
-                rate=args.rate,
-                duration_s=seconds,
-            )
+        return loadgen.open_loop(
+            "127.0.0.1",
+            port,
+            spec.path,
+            lambda i: body(offset + i),
+            rate=args.rate,
+            duration_s=seconds,
         )
 
     samples: list[dict[str, Any]] = []
