@@ -10,13 +10,13 @@ environment (``MLPIPE_HOME``, ``MLPIPE_PROFILE``, ``MLPIPE_SERVING__*``), which
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import warnings
 from typing import Any
 
 import bentoml
+from _bentoml_impl.server.app import ServiceAppFactory
 from bentoml._internal.server.http import traffic as _bentoml_traffic
 
 from mlpipe.config import load_settings
@@ -115,18 +115,6 @@ def _bind_once(instance: object, name: str) -> None:
     setattr(instance, name, descriptor.__get__(instance, type(instance)))
 
 
-def _schema_once(spec: Any) -> None:
-    """Compute ``spec``'s JSON schema once per set of arguments (a shallow copy out)."""
-    schema = functools.cache(spec.model_json_schema)
-    spec.model_json_schema = staticmethod(lambda *a, **k: dict(schema(*a, **k)))
-
-
-# BentoML rebuilds a root (list) model's JSON schema, a new TypeAdapter and all, to parse
-# every request (half a worker's CPU under load) and again to pick every response's media
-# type (11 % of it, seen with py-spy after the first fix; bench/README.md). It never changes.
-_schema_once(Scoring.apis["predict"].input_spec)
-_schema_once(Scoring.apis["predict"].output_spec)
-
 # The first added is the outermost: keys and rate limits before the gateway parses;
 # then the intake (JSON only, size, a deadline on the body) before anything reads a body.
 Scoring.add_asgi_middleware(AuthGateway, settings=settings)
@@ -140,7 +128,40 @@ Scoring.add_asgi_middleware(
     retry_after_s=settings.reliability.retry_after_s,
     reconnect_every=settings.reliability.reconnect_every,
 )
-Scoring.add_asgi_middleware(PredictGateway, max_body_bytes=_s.max_body_bytes)
+
+
+class _Batcher:
+    """BentoML's adaptive batcher for ``predict``, called by the gateway without HTTP.
+
+    Through BentoML's route every request was serialized again by the gateway,
+    parsed and validated by BentoML, and its answer serialized by BentoML and
+    unwrapped by the gateway: about half the server's CPU a request. The route's
+    own batcher (``ServiceAppFactory.batch_infer``: the same queue, batch sizes,
+    metrics and worker thread) takes the validated request instead.
+    """
+
+    factory: Any = None  # the worker's ServiceAppFactory, set as BentoML builds the app
+
+    async def __call__(self, req: PredictRequest) -> dict[str, Any]:
+        (answer,) = await self.factory.batch_infer("predict", ([req],), {})
+        return answer
+
+
+def _span_headers() -> list[tuple[bytes, bytes]]:
+    """``X-BentoML-Request-ID``, the span id BentoML's route adds to answers when tracing."""
+    from bentoml._internal.context import trace_context
+
+    span = trace_context.request_id
+    return [] if span is None else [(b"x-bentoml-request-id", format(span, "016x").encode())]
+
+
+_batcher = _Batcher()
+Scoring.add_asgi_middleware(
+    PredictGateway,
+    batch=_batcher,
+    max_body_bytes=_s.max_body_bytes,
+    response_headers=_span_headers if _s.tracing else None,
+)
 
 
 # Above saturation a refusal that went through BentoML's middleware cost half a served
@@ -150,10 +171,11 @@ _to_asgi = bentoml.Service.to_asgi
 
 
 def _to_asgi_behind_front_door(self: bentoml.Service[Any], is_main: bool = True) -> Any:
-    app = _to_asgi(self, is_main)
     if self is not Scoring:
-        return app
-    return FrontDoor(app, retry_after_s=settings.reliability.retry_after_s)
+        return _to_asgi(self, is_main)
+    self.inject_config()  # what bentoml.Service.to_asgi does, keeping the factory
+    _batcher.factory = ServiceAppFactory(self, is_main=is_main)
+    return FrontDoor(_batcher.factory(), retry_after_s=settings.reliability.retry_after_s)
 
 
 bentoml.Service.to_asgi = _to_asgi_behind_front_door  # type: ignore[method-assign]

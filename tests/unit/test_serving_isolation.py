@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from mlpipe.config import load_settings
-from mlpipe.serving import PredictGateway, set_current
+from mlpipe.serving import set_current
 from tests.unit.test_serving_pipeline import (
     FakeControl,
     FakeModel,
     ListSink,
-    _batch_endpoint,
     _post,
     _req,
     fake_runtime,
+    gateway,
 )
 
 REJECTED = -999.0  # an amount the model refuses (ValueError): the input is the cause
@@ -101,7 +101,7 @@ def test_failed_row_is_not_cached_and_scores_once_fixed(env: Any) -> None:
 def test_gateway_answers_the_poison_request_with_its_status(env: Any) -> None:
     set_current(env.rt)
     try:
-        app = PredictGateway(_batch_endpoint, max_body_bytes=2048)
+        app = gateway()
         body = '{"model":"fraud","entity":{"customer_id":7},"features":{"amount":-999}}'
         resp = _post(app, body)
     finally:

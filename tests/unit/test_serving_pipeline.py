@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -299,26 +298,27 @@ def test_ready_only_once_loaded(tmp_path: Path) -> None:
 # -- the gateway (ASGI middleware) in front of a stand-in for BentoML's batch endpoint --
 
 
-async def _batch_endpoint(scope: Any, receive: Any, send: Any) -> None:
+async def _batch(req: PredictRequest) -> dict[str, Any]:
+    """The service's batcher without BentoML: a batch of one, straight to the pipeline."""
     from mlpipe.serving import current
 
-    msg = await receive()
-    reqs = [PredictRequest.model_validate(r) for r in json.loads(msg["body"])]
-    body = json.dumps(current().pipeline.predict_batch(reqs), separators=(",", ":")).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 200,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    return current().pipeline.predict_batch([req])[0]
+
+
+async def _not_found(scope: Any, receive: Any, send: Any) -> None:
+    """What the gateway wraps: BentoML's app in the service, nothing the tests call."""
+    await send({"type": "http.response.start", "status": 404, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def gateway(**kw: Any) -> PredictGateway:
+    return PredictGateway(_not_found, batch=kw.pop("batch", _batch), max_body_bytes=2048, **kw)
 
 
 @pytest.fixture
 def client(env: Any) -> Any:
     set_current(env.rt)
-    yield PredictGateway(_batch_endpoint, max_body_bytes=2048)
+    yield gateway()
     set_current(None)
 
 
@@ -378,3 +378,52 @@ def test_gateway_answers_one_object(env: Any, client: Any) -> None:
     assert env.sink.rows[-1].request_id == data["request_id"]
     assert env.sink.rows[-1].latency_ms > 0
     assert env.metrics.latency.labels("fraud", "champion")._sum.get() > 0
+
+
+class _Refused(Exception):
+    """What BentoML's batcher raises when it sheds a queued request (ServiceUnavailable)."""
+
+    error_code = 503
+
+
+async def _refusing(req: PredictRequest) -> dict[str, Any]:
+    raise _Refused("process is overloaded")
+
+
+async def _failing(req: PredictRequest) -> dict[str, Any]:
+    raise RuntimeError("disk on fire")
+
+
+@pytest.mark.parametrize(
+    ("batch", "status", "message"),
+    [(_refusing, 503, "process is overloaded"), (_failing, 500, "the batch failed")],
+)
+def test_gateway_answers_a_failed_batch_with_its_status_and_logs_nothing(
+    env: Any, batch: Any, status: int, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    set_current(env.rt)
+    try:
+        body = '{"model":"fraud","request_id":"r-1","entity":{"customer_id":7},'
+        body += '"features":{"amount":2}}'
+        resp = _post(gateway(batch=batch), body)
+    finally:
+        set_current(None)
+    assert resp.status_code == status, resp.text
+    assert resp.json()["error"].startswith(message)
+    assert resp.json()["request_id"] == "r-1"
+    assert "disk on fire" not in resp.text  # the cause goes to the server log, not the client
+    assert ("disk on fire" in caplog.text) == (status == 500)
+    assert env.metrics.rejected.labels(str(status))._value.get() == 1
+    assert env.sink.rows == []
+
+
+def test_gateway_adds_the_response_headers_it_is_given(env: Any) -> None:
+    set_current(env.rt)
+    try:
+        app = gateway(response_headers=lambda: [(b"x-bentoml-request-id", b"00ab")])
+        resp = _post(app, '{"model":"fraud","entity":{"customer_id":7},"features":{"amount":2}}')
+    finally:
+        set_current(None)
+    assert resp.status_code == 200
+    assert resp.headers["x-bentoml-request-id"] == "00ab"
+    assert resp.json()["model"] == "fraud"

@@ -1,24 +1,26 @@
-"""The gateway: pure-ASGI middleware in front of BentoML's batchable ``/predict``.
+"""The gateway: pure-ASGI middleware that answers ``POST /predict`` through BentoML's batcher.
 
-BentoML's adaptive batcher merges requests whose bodies are JSON *lists*. The
-``/predict`` contract takes one object and returns one object, so this layer,
-per request and before the request joins a batch:
+``/predict`` takes one object and returns one object; BentoML's adaptive batcher
+merges them into the batches the pipeline scores. This layer, per request and
+before the request joins a batch:
 
 - refuses a body over ``max_body_bytes`` (413) and malformed JSON (400);
 - validates it (pydantic; 422 naming the field), checks the model is served
   here (404) and that the inputs it needs are there (422);
 - sets ``request_id`` (if absent), ``received_ns`` (when the intake saw the
   request arrive, else now), ``tenant`` and ``pin``;
-- forwards ``[request]`` and unwraps the one-element answer, giving an error
-  item its own status.
+- awaits its answer from ``batch`` (in the service: BentoML's batcher for the
+  ``predict`` API, called directly, not through BentoML's HTTP route, which
+  parsed, validated and serialized every request a second time: half the
+  server's CPU a request, bench/README.md) and gives an error item its own status.
 
 Every error body is ``{"error": ..., "status": ..., "field": ...}``; statuses
 come from :mod:`mlpipe.errors` in :func:`mlpipe.serving.pipeline.error_for`, the
 one place that maps them. A rejected request never reaches the pipeline, so it
 leaves no log row.
 
-BentoML's OpenAPI document (``/docs.json``) describes the batch it sees, a list
-of requests; the gateway rewrites the ``/predict`` operation in it to the
+BentoML's OpenAPI document (``/docs.json``) describes the batch API it serves,
+a list of requests; the gateway rewrites the ``/predict`` operation in it to the
 one-object contract clients actually use, and adds the Open Inference Protocol
 routes (:func:`mlpipe.serving.oip_schema.openapi`), which BentoML never sees, so
 clients and fuzzers generated from the document send what the service accepts.
@@ -27,10 +29,12 @@ clients and fuzzers generated from the document send what the service accepts.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 from pydantic import ValidationError
 
 from mlpipe.errors import MlpipeError
@@ -55,7 +59,9 @@ from mlpipe.serving.schema import (
 )
 
 _JSON = [(b"content-type", b"application/json")]
+logger = logging.getLogger(__name__)
 _DOCS = "/docs.json"
+_ENCODE = msgspec.json.encode
 _ERROR_SCHEMA = {
     "type": "object",
     "required": ["error", "status"],
@@ -80,13 +86,36 @@ _ERRORS = {
 }
 
 
-class PredictGateway:
-    """Wraps the BentoML app; only ``POST {path}`` is touched."""
+# Answers one request as part of a batch: BentoML's adaptive batcher in the service.
+Batch = Callable[[PredictRequest], Awaitable[dict[str, Any]]]
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, path: str = "/predict") -> None:
+
+def _status_of(exc: Exception) -> int:
+    """The HTTP status an exception carries (BentoML's ``error_code``), else 500."""
+    code = getattr(exc, "error_code", None)
+    try:
+        return int(code) if code is not None else 500
+    except (TypeError, ValueError):
+        return 500
+
+
+class PredictGateway:
+    """Wraps the BentoML app; only ``POST {path}`` is answered here, through ``batch``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        batch: Batch,
+        max_body_bytes: int,
+        path: str = "/predict",
+        response_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
+    ) -> None:
         self.app = app
+        self.batch = batch
         self.max_body_bytes = max_body_bytes
         self.path = path
+        self.response_headers = response_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] == _DOCS and scope["method"] == "GET":
@@ -131,48 +160,29 @@ class PredictGateway:
                 "pin": state.get("pin"),
             }
         )
-        await self._forward(scope, send, rt, req, started)
+        await self._answer(send, rt, req, started)
 
-    async def _forward(
-        self, scope: Scope, send: Send, rt: Any, req: PredictRequest, started: float
-    ) -> None:
-        payload = b"[" + req.model_dump_json().encode() + b"]"
-        headers = [
-            (k, v) for k, v in scope["headers"] if k not in (b"content-length", b"content-type")
-        ]
-        headers += [*_JSON, (b"content-length", str(len(payload)).encode())]
-        inner_scope = {**scope, "headers": headers}
-        sent = False
-
-        async def receive() -> Message:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": payload, "more_body": False}
-
-        async def finish(start: Message, body: bytes) -> None:
-            await self._unwrap(send, rt, req, start, body, started)
-
-        await self.app(inner_scope, receive, _buffered(send, finish))
-
-    async def _unwrap(
-        self, send: Send, rt: Any, req: PredictRequest, start: Message, body: bytes, started: float
-    ) -> None:
-        status = start.get("status", 500)
-        if status == 200 and body.startswith(b"[") and body.endswith(b"]"):
-            body = body[1:-1]
-            if body.startswith(b'{"error"'):
-                status = int(json.loads(body).get("status", 500))
-                rt.metrics.rejected.labels(str(status)).inc()
-            else:
-                arm = "canary" if b'"arm":"canary"' in body else "champion"
-                rt.metrics.latency.labels(req.model, arm).observe(time.perf_counter() - started)
-        else:
-            rt.metrics.rejected.labels(str(status)).inc()
-        headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
-        headers.append((b"content-length", str(len(body)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+    async def _answer(self, send: Send, rt: Any, req: PredictRequest, started: float) -> None:
+        """Hand ``req`` to the batcher and answer with its result, or its error's status."""
+        try:
+            result = await self.batch(req)
+        except Exception as exc:  # the batcher's refusal (503) or a failed batch (500)
+            status = _status_of(exc)
+            if status >= 500 and status != 503:
+                logger.exception("batch with request %s failed", req.request_id)
+            message = str(exc) if status == 503 else "the batch failed; see the server log"
+            body = {**error_body(message, status), "request_id": req.request_id}
+            await self._reply(send, rt, body)
+            return
+        if "error" in result:
+            await self._reply(send, rt, result)
+            return
+        rt.metrics.latency.labels(req.model, result["arm"]).observe(time.perf_counter() - started)
+        body = _ENCODE(result)
+        headers = [*_JSON, (b"content-length", str(len(body)).encode())]
+        if self.response_headers is not None:
+            headers += self.response_headers()
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _docs(self, scope: Scope, receive: Receive, send: Send) -> None:
