@@ -35,6 +35,11 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # Each open-loop point first runs this long unrecorded at its rate: the step from the
 # previous point opens ~300 connections at once and fills the queue (bench/README.md)
 OPEN_WARMUP_S = 1.0
+# Full runs also find mlpipe's open-loop saturation with a ramp of these fractions of
+# its c=32 rate and measure every system at OPEN_OPERATING × that saturation too.
+OPEN_RAMP = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+OPEN_RAMP_S = 2.0
+OPEN_OPERATING = 0.8
 
 VARIANTS = {  # mlpipe runs with one setting changed, for the tuning table (label → env)
     # BentoML refuses max_batch_size=1 on a batchable API; 2 is as close to unbatched as it gets
@@ -194,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "serving": serving.model_dump(),
         "wall_s": round(time.monotonic() - started, 1),
         "failed": failed,
+        "open_saturation": round(getattr(args, "open_saturation", 0.0)),
     }
     _write(args.out, rows, meta)
     return 0
@@ -289,7 +295,11 @@ def _load(
         rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
         _progress(rows[-1])
     if spec.name == "mlpipe" and not spec.label and not rates:
-        rates[:] = _open_rates(args.open, best_closed(rows, "mlpipe"))
+        c32 = best_closed(rows, "mlpipe")
+        rates[:] = _open_rates(args.open, c32)
+        if not args.quick and c32 > 0:
+            args.open_saturation = _open_saturation(host, port, path, body, c32)
+            rates.append(round(OPEN_OPERATING * args.open_saturation))
     for rate in rates:
         sample = loadgen.open_loop(
             host, port, path, body, rate=rate, duration_s=args.duration, warmup_s=OPEN_WARMUP_S
@@ -298,6 +308,37 @@ def _load(
         _progress(rows[-1])
     print(f"  {name}: measured {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return rows
+
+
+def _open_saturation(
+    host: str, port: int, path: str, body: loadgen.BodyFactory, closed_rps: float
+) -> float:
+    """The most requests a second mlpipe answered (2xx) in a ramp of open-loop rates.
+
+    The rates are ``OPEN_RAMP`` × the closed-loop rate, ``OPEN_RAMP_S`` each after
+    half a second unrecorded. Open loop, requests come one at a time instead of
+    in the closed loop's bursts: smaller batches and a wake-up each, so the
+    server saturates lower (bench/README.md, "Open loop: where it saturates").
+    """
+    best = 0.0
+    for fraction in OPEN_RAMP:
+        sample = loadgen.open_loop(
+            host,
+            port,
+            path,
+            body,
+            rate=fraction * closed_rps,
+            duration_s=OPEN_RAMP_S,
+            warmup_s=0.5,
+        )
+        answered = len(sample.latencies_s) / sample.elapsed_s
+        best = max(best, answered)
+        print(
+            f"  mlpipe ramp {fraction * closed_rps:.0f}/s: {answered:.0f} answered/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return best
 
 
 def _progress(row: dict[str, Any]) -> None:
@@ -310,9 +351,15 @@ def _progress(row: dict[str, Any]) -> None:
     )
 
 
-def targets(rows: list[dict[str, Any]]) -> list[str]:
+def targets(rows: list[dict[str, Any]], open_saturation: float = 0.0) -> list[str]:
     """The issue's serving targets as lines of text (information, never asserted)."""
     out: list[str] = []
+    if open_saturation:
+        out.append(
+            f"mlpipe open-loop saturation: {open_saturation:.0f} answered/s (most of a ramp "
+            f"{OPEN_RAMP[0]:g}-{OPEN_RAMP[-1]:g} × the c=32 rate); {OPEN_OPERATING:.0%} of it: "
+            f"{round(OPEN_OPERATING * open_saturation)}/s"
+        )
     m32 = find(rows, "mlpipe", mode="closed", concurrency=32)
     if m32:
         out.append(
@@ -378,7 +425,8 @@ def _write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     (out / "latest.json").write_text(text)
     (out / "latest.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     table = markdown_table(rows)
-    lines = targets(rows) + [f"FAILED to run: {f}" for f in meta.get("failed", [])]
+    lines = targets(rows, meta.get("open_saturation") or 0)
+    lines += [f"FAILED to run: {f}" for f in meta.get("failed", [])]
     notes = "\n".join(f"- {line}" for line in lines)
     (out / "latest.md").write_text(
         f"# bench {meta['when']} ({'quick' if meta['quick'] else 'full'}, "
