@@ -341,3 +341,19 @@ def test_a_request_logged_twice_in_one_segment_loads_once(settings):
     ).rows
     assert twice == [(0,)]
     assert warehouse.sync(settings).segments_unchanged == 1
+
+
+@pytest.mark.parametrize("scan", [3, 7, 1 << 20])  # line starts on, before and after a boundary
+def test_record_lines_counts_line_starts_across_scan_chunks(tmp_path, monkeypatch, scan):
+    monkeypatch.setattr(_sync, "_SCAN_BYTES", scan)
+    path = tmp_path / "seg.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":22}\n{"c":3}')  # the last line has no newline
+    assert _sync._record_lines(path) == 3
+    path.write_bytes(b'{"a":1}\n{"b":22}\n')
+    assert _sync._record_lines(path) == 2
+    path.write_bytes(b"")
+    assert _sync._record_lines(path) == 0
+    for bad in (b'{"a":1}\n\n{"b":2}\n', b' {"a":1}\n', b'{"a":1}\n[1]\n'):
+        path.write_bytes(bad)
+        with pytest.raises(_sync._NotWhole, match="does not start a JSON object"):
+            _sync._record_lines(path)

@@ -336,28 +336,42 @@ class _NotWhole(Exception):
     """A chunk the one-statement load does not take: it goes through :func:`_read_chunk`."""
 
 
+_SCAN_BYTES = 1 << 20  # a segment is scanned for line starts this much at a time
+
+
 def _record_lines(path: Path) -> int:
     """How many records ``path`` holds if every line starts a JSON object; else :class:`_NotWhole`.
 
-    Counted with numpy over a memory map (~0.1 s for 160 MB): DuckDB's reader
-    skips blank lines and refuses a line with two documents, so once it has
-    read a file whose every line starts with ``{``, it read one row a line.
+    Counted with numpy over a memory map, a megabyte at a time into one reused
+    mask (~0.07 s for 160 MB; a mask of the whole file, allocated afresh, took
+    0.10-0.36 s): DuckDB's reader skips blank lines and refuses a line with two
+    documents, so once it has read a file whose every line starts with ``{``,
+    it read one row a line.
     """
     import mmap
 
     import numpy as np
 
-    if path.stat().st_size == 0:
+    size = path.stat().st_size
+    if size == 0:
         return 0
+    lines, whole = 1, True  # the first line starts at 0
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         data = np.frombuffer(mm, np.uint8)
-        starts = np.flatnonzero(data == ord("\n")) + 1
-        starts = np.concatenate(([0], starts[starts < data.size]))
-        whole = bool((data[starts] == ord("{")).all())
-        del data  # the memory map closes only once no array views it
+        mask = np.empty(_SCAN_BYTES, np.bool_)
+        whole = bool(data[0] == ord("{"))
+        for lo in range(0, size, _SCAN_BYTES):
+            part = data[lo : lo + _SCAN_BYTES]
+            newline = mask[: part.size]
+            np.equal(part, ord("\n"), out=newline)
+            starts = np.flatnonzero(newline) + (lo + 1)
+            starts = starts[starts < size]
+            whole = whole and bool((data[starts] == ord("{")).all())
+            lines += int(starts.size)
+        del data, part  # the memory map closes only once no array views it
     if not whole:
         raise _NotWhole(f"{path}: a line that does not start a JSON object")
-    return int(starts.size)
+    return lines
 
 
 def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datetime) -> bool:
