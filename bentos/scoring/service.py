@@ -140,9 +140,10 @@ class _Batcher:
     metrics and worker thread) takes the validated request instead.
     """
 
-    factory: Any = None  # the worker's ServiceAppFactory, set as BentoML builds the app
+    factory: ServiceAppFactory | None = None  # the worker's, set as BentoML builds the app
 
     async def __call__(self, req: PredictRequest) -> dict[str, Any]:
+        assert self.factory is not None, "the gateway runs inside the app the factory built"
         (answer,) = await self.factory.batch_infer("predict", ([req],), {})
         return answer
 
