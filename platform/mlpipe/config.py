@@ -95,8 +95,9 @@ class ReliabilitySettings(_Section):
 
     # per worker, held over the server's workers together: beyond max_inflight × workers
     # in flight, /predict answers 503 at once. By Little's law the bound over the
-    # throughput is how long admitted requests queue above saturation (bench/README.md)
-    max_inflight: int = Field(32, ge=1)
+    # throughput is how long admitted requests queue above saturation (bench/README.md,
+    # "The bound, after the gateway change": 48 once the server answered 2 x faster)
+    max_inflight: int = Field(48, ge=1)
     retry_after_s: int = Field(1, ge=1)
     # every Nth /predict answer of a worker says Connection: close (0: never). Workers share
     # one listening socket and the first to wake accepts a whole burst of connections: at
