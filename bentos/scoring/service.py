@@ -106,10 +106,11 @@ def _share_inflight() -> None:
 def _bind_once(instance: object, name: str) -> None:
     """Keep the API method BentoML binds to ``instance`` on the instance itself.
 
-    BentoML looks the method up on the instance for every request, and each lookup
-    builds a new wrapper around ``inspect.signature`` (6 % of a worker's CPU at c=32,
-    py-spy; bench/README.md). The binding never changes, so the first is kept: an
-    instance attribute wins over the (non-data) descriptor.
+    BentoML looks the method up on the instance for every batch (``batch_infer``;
+    through its HTTP route, for every request), and each lookup builds a new wrapper
+    around ``inspect.signature`` (6 % of a worker's CPU at c=32 when it was per
+    request, py-spy; bench/README.md). The binding never changes, so the first is
+    kept: an instance attribute wins over the (non-data) descriptor.
     """
     descriptor = type(instance).__dict__[name]
     setattr(instance, name, descriptor.__get__(instance, type(instance)))

@@ -166,6 +166,14 @@ def _column_with_compression(element: CreateColumn, compiler: sa.sql.compiler.DD
     return f"{text} USING COMPRESSION {method}" if method and text else text
 
 
+def _replace_predictions(conn: Connection, staging: sa.Table) -> None:
+    """Copy ``predictions`` into ``staging`` (created here), then put it in its place."""
+    staging.create(conn)
+    conn.exec_driver_sql(f"INSERT INTO {staging.name} SELECT * FROM predictions")
+    conn.exec_driver_sql("DROP TABLE predictions")
+    conn.exec_driver_sql(f"ALTER TABLE {staging.name} RENAME TO predictions")
+
+
 def _rebuild_predictions(conn: Connection) -> None:
     """Recreate ``predictions`` (DuckDB only) so that ``features`` is stored uncompressed.
 
@@ -182,11 +190,7 @@ def _rebuild_predictions(conn: Connection) -> None:
     ).scalar_one()
     if "USING COMPRESSION" in ddl.upper():  # created by migration 1 after this change
         return
-    staging = predictions.to_metadata(sa.MetaData(), name="predictions_rebuild")
-    staging.create(conn)
-    conn.exec_driver_sql("INSERT INTO predictions_rebuild SELECT * FROM predictions")
-    predictions.drop(conn)
-    conn.exec_driver_sql("ALTER TABLE predictions_rebuild RENAME TO predictions")
+    _replace_predictions(conn, predictions.to_metadata(sa.MetaData(), name="predictions_rebuild"))
 
 
 MIGRATIONS.append((3, "predictions.features stored uncompressed (DuckDB)", _rebuild_predictions))
@@ -210,11 +214,7 @@ def _drop_predictions_key(conn: Connection) -> None:
     ).scalar_one()
     if not keyed:  # created by migration 1 after this change
         return
-    staging = _predictions(sa.MetaData(), name="predictions_rebuild")
-    staging.create(conn)
-    conn.exec_driver_sql("INSERT INTO predictions_rebuild SELECT * FROM predictions")
-    conn.exec_driver_sql("DROP TABLE predictions")
-    conn.exec_driver_sql("ALTER TABLE predictions_rebuild RENAME TO predictions")
+    _replace_predictions(conn, _predictions(sa.MetaData(), name="predictions_rebuild"))
 
 
 MIGRATIONS.append((4, "predictions without a primary-key index (DuckDB)", _drop_predictions_key))

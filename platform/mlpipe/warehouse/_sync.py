@@ -355,7 +355,7 @@ def _record_lines(path: Path) -> int:
     size = path.stat().st_size
     if size == 0:
         return 0
-    lines, whole = 1, True  # the first line starts at 0
+    lines = 1  # the first line starts at 0
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         data = np.frombuffer(mm, np.uint8)
         mask = np.empty(_SCAN_BYTES, np.bool_)
