@@ -145,8 +145,8 @@ class _Batcher:
     Through BentoML's route every request was serialized again by the gateway,
     parsed and validated by BentoML, and its answer serialized by BentoML and
     unwrapped by the gateway: about half the server's CPU a request. The route's
-    own batcher (``ServiceAppFactory.batch_infer``: the same queue, batch sizes,
-    metrics and worker thread) takes the validated request instead.
+    own batcher (``ServiceAppFactory.batch_infer``: the same queue, batch sizes
+    and metrics) takes the validated request instead.
     """
 
     factory: ServiceAppFactory | None = None  # the worker's, set as BentoML builds the app
