@@ -79,11 +79,12 @@ class Scoring:
     async def predict(self, requests: list[PredictRequest], /) -> list[dict[str, Any]]:
         """Score the batch on the worker's event loop, not in BentoML's thread pool.
 
-        The batch is CPU work under the GIL either way; in a thread, each batch
-        also cost two cross-thread wake-ups and GIL hand-offs with the loop.
-        Open loop, where batches are small, that was a third more CPU a request:
-        on the loop, p99 halved at 50-70 % load and goodput above saturation
-        rose 1.22 x (paired; bench/README.md "Batches on the event loop").
+        The batch is CPU work under the GIL either way, so the loop loses no
+        concurrency; in a thread each batch also waited for a worker thread to
+        wake and for the loop to wake again with its answer. Open loop, where
+        batches are small, that was ~1 more context switch a request and most
+        of the tail at 50-70 % load (paired; bench/README.md "Batches on the
+        event loop").
         """
         return self.runtime.pipeline.predict_batch(requests)
 
