@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import loadgen, servers
+from bench import loadgen, noise, servers
 from bench.run import OPEN_WARMUP_S, RESULTS, variant_env
 from bench.summary import summarize
 from bench.workload import Cases, ensure_home, mlpipe_bodies
@@ -85,13 +85,17 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 order = args.variants if r % 2 == 0 else args.variants[::-1]
                 for label in order:
+                    before = noise.snapshot()
                     sample = _closed(ports[label], body, args.concurrency, args.duration)
-                    rows.append(_row("closed", sample, label, r, concurrency=args.concurrency))
+                    rows.append(
+                        _row("closed", sample, label, r, before, concurrency=args.concurrency)
+                    )
                 if r == 0:
                     base = _find(rows, args.variants[0], "closed", 0)
                     rates = _rates(args.open, base["rps"] if base else 0.0)
                 for rate in rates:
                     for label in order:
+                        before = noise.snapshot()
                         sample = loadgen.open_loop(
                             "127.0.0.1",
                             ports[label],
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                             duration_s=args.duration,
                             warmup_s=OPEN_WARMUP_S,
                         )
-                        rows.append(_row("open", sample, label, r, rate=rate))
+                        rows.append(_row("open", sample, label, r, before, rate=rate))
     finally:
         servers.stop_all()
     meta = {
@@ -123,13 +127,15 @@ def _closed(port: int, body: loadgen.BodyFactory, concurrency: int, seconds: flo
     )
 
 
-def _row(mode: str, sample: Any, label: str, rnd: int, **load: Any) -> dict[str, Any]:
+def _row(
+    mode: str, sample: Any, label: str, rnd: int, before: noise.Snapshot, **load: Any
+) -> dict[str, Any]:
     row = summarize("mlpipe", mode, sample, label=label, **load)
-    row["round"] = rnd
+    row.update(noise.since(before), round=rnd)
     load_text = f"c={row['concurrency']}" if mode == "closed" else f"{row['rate']:g}/s"
     print(
         f"  round {rnd} {label} {load_text}: {row['rps']:.0f} req/s p99 {row['p99_ms']} ms "
-        f"errors {row['errors']}",
+        f"errors {row['errors']}{noise.note(row)}",
         file=sys.stderr,
         flush=True,
     )

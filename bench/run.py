@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import loadgen, servers
+from bench import loadgen, noise, servers
 from bench.summary import SYSTEMS, best_closed, check_row, find, markdown_table, summarize
 from bench.workload import (
     Cases,
@@ -290,10 +290,12 @@ def _load(
         host, port, path, body, concurrency=max(args.concurrency), duration_s=args.warmup
     )
     for c in args.concurrency:
+        before = noise.snapshot()
         sample = loadgen.closed_loop(
             host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5
         )
         rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
+        rows[-1].update(noise.since(before))
         _progress(rows[-1])
     if spec.name == "mlpipe" and not spec.label and not rates:
         c32 = best_closed(rows, "mlpipe")
@@ -302,10 +304,12 @@ def _load(
             args.open_saturation = _open_saturation(host, port, path, body, c32)
             rates.append(round(OPEN_OPERATING * args.open_saturation))
     for rate in rates:
+        before = noise.snapshot()
         sample = loadgen.open_loop(
             host, port, path, body, rate=rate, duration_s=args.duration, warmup_s=OPEN_WARMUP_S
         )
         rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
+        rows[-1].update(noise.since(before))
         _progress(rows[-1])
     print(f"  {name}: measured {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return rows
@@ -346,7 +350,7 @@ def _progress(row: dict[str, Any]) -> None:
     load = f"c={row['concurrency']}" if row["mode"] == "closed" else f"{row['rate']:g}/s"
     print(
         f"  {row['system']}{' ' + row['label'] if row.get('label') else ''} {load}: "
-        f"{row['rps']:.0f} req/s p99 {row['p99_ms']} ms errors {row['errors']}",
+        f"{row['rps']:.0f} req/s p99 {row['p99_ms']} ms errors {row['errors']}{noise.note(row)}",
         file=sys.stderr,
         flush=True,
     )
@@ -401,7 +405,7 @@ def targets(rows: list[dict[str, Any]], open_saturation: float = 0.0) -> list[st
             fast = f", errors answered in p99 {e99} ms" if e99 is not None else ""
             out.append(
                 f"{name} open {r['rate']:g}/s: p99 {r['p99_ms']} ms, {r['errors']} errors "
-                f"({s503} × 503{fast}), {r['rps']:.0f} req/s answered"
+                f"({s503} × 503{fast}), {r['rps']:.0f} req/s answered{noise.note(r)}"
             )
     return out
 

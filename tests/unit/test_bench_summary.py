@@ -166,3 +166,15 @@ def test_ab_pairs_each_round_with_the_baseline_of_the_same_round() -> None:
     table = paired_table(rows, ["default", "log-off"])
     line = next(x for x in table.splitlines() if x.startswith("| log-off"))
     assert "| c=32 | 2 |" in line and "0.900 (0.90–0.90)" in line and "+1.5" in line
+
+
+def test_targets_name_what_else_took_the_cpu_during_an_open_loop_point() -> None:
+    def point(rate: int, other_ms: int, steal_ms: int, top: str) -> dict[str, object]:
+        row = summarize("mlpipe", "open", Sample([0.02] * 10, 0, 1.0), rate=rate)
+        return {**row, "other_cpu_ms": other_ms, "steal_ms": steal_ms, "other_top": top}
+
+    lines = targets([point(10, 260, 3, "beam.smp 250, kdamond.0 10"), point(11, 140, 20, "x 140")])
+    noisy = next(line for line in lines if "open 10/s" in line)
+    assert "other processes used 260 ms of CPU (beam.smp 250, kdamond.0 10), steal 3 ms" in noisy
+    quiet = next(line for line in lines if "open 11/s" in line)
+    assert "meanwhile" not in quiet
