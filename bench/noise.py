@@ -32,7 +32,7 @@ class Snapshot:
     steal_s: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class Noise:
     """CPU used outside the bench during a measurement, in ms, and by whom."""
 
@@ -95,7 +95,7 @@ def since(before: Snapshot) -> dict[str, Any]:
 
 
 def note(row: dict[str, Any]) -> str:
-    """ "; meanwhile ..." when others or the hypervisor took ``NOISY_MS`` or more, else ""."""
+    """A "; meanwhile ..." note when others or the hypervisor took ``NOISY_MS`` or more."""
     other, steal = row.get("other_cpu_ms", 0), row.get("steal_ms", 0)
     if other < NOISY_MS and steal < NOISY_MS:
         return ""

@@ -82,9 +82,9 @@ class Scoring:
         The batch is CPU work under the GIL either way, so the loop loses no
         concurrency; in a thread each batch also waited for a worker thread to
         wake and for the loop to wake again with its answer. Open loop, where
-        batches are small, that was ~1 more context switch a request and most
-        of the tail at 50-70 % load (paired; bench/README.md "Batches on the
-        event loop").
+        batches are small, that was ~1 more context switch a request, and the
+        p99 was lower on the loop in 9 of 12 paired rounds at 35-80 % load
+        (bench/README.md, "Batches on the event loop").
         """
         return self.runtime.pipeline.predict_batch(requests)
 
