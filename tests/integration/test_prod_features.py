@@ -9,6 +9,8 @@ never touches anyone else's (no FLUSHALL).
 from __future__ import annotations
 
 import shutil
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -95,3 +97,52 @@ def test_a_second_reader_sees_the_same_online_values(live: tuple[Settings, objec
     one = OnlineFeatures(settings, "fraud_v2", cache_ttl_s=0, cache_size=0).get({"customer_id": 7})
     two = OnlineFeatures(settings, "fraud_v2", cache_ttl_s=0, cache_size=0).get({"customer_id": 7})
     assert one.values == two.values and one.missing == []
+
+
+@pytest.fixture
+def hung_redis() -> Iterator[int]:
+    """A port that accepts connections (the kernel completes them) and never answers."""
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as server:
+        yield server.getsockname()[1]
+
+
+def test_a_redis_that_stops_answering_gets_defaults_not_a_hang(
+    live: tuple[Settings, object], hung_redis: int
+) -> None:
+    """The serving reader bounds each Redis read; the breaker then stops calling it."""
+    settings, _ = live
+    config_file = settings.feature_repo_path / PROD_YAML
+    config = yaml.safe_load(config_file.read_text())
+    config["online_store"]["connection_string"] = f"127.0.0.1:{hung_redis}"
+    (settings.feature_repo_path / "feature_store.hung.yaml").write_text(yaml.safe_dump(config))
+    hung = settings.model_copy(update={"feature_store_yaml": "feature_store.hung.yaml"})
+    online = OnlineFeatures(hung, "fraud_v2", cache_ttl_s=0, cache_size=0)
+    options = online._store.config.online_store.connection_string.split(",")
+    assert {"socket_timeout=0.25", "socket_connect_timeout=0.25", "retry=null"} <= set(options)
+
+    rows: list[object] = []
+    reads = threading.Thread(
+        target=lambda: rows.extend(online.get({"customer_id": c}) for c in range(5)), daemon=True
+    )
+    reads.start()
+    reads.join(timeout=30)
+    assert not reads.is_alive(), "a read of the silent Redis never returned"
+    assert all(row.missing == STATS + PROFILE for row in rows)  # type: ignore[attr-defined]
+    assert all(row.values == online.spec.defaults for row in rows)  # type: ignore[attr-defined]
+    stats = online.stats()
+    # breaker_failures (3) reads timed out; the breaker then answered the other two itself
+    assert (stats.store_errors, stats.short_circuited) == (3, 2)
+
+
+def test_a_timeout_set_in_the_config_is_kept(live: tuple[Settings, object]) -> None:
+    settings, _ = live
+    config_file = settings.feature_repo_path / PROD_YAML
+    config = yaml.safe_load(config_file.read_text())
+    config["online_store"]["connection_string"] += ",socket_timeout=2"
+    (settings.feature_repo_path / "feature_store.slow.yaml").write_text(yaml.safe_dump(config))
+    own = settings.model_copy(update={"feature_store_yaml": "feature_store.slow.yaml"})
+    online = OnlineFeatures(own, "fraud_v2", cache_ttl_s=0, cache_size=0)
+    options = online._store.config.online_store.connection_string.split(",")
+    assert "socket_timeout=2" in options and "socket_timeout=0.25" not in options
+    assert "socket_connect_timeout=0.25" in options
+    assert online.get({"customer_id": 7}).missing == []  # the real Redis still answers

@@ -74,6 +74,7 @@ class OnlineFeatures:
     ) -> None:
         self.spec: FeatureServiceSpec = describe_service(settings, service)
         self._store = open_store(settings)
+        _bound_redis(self._store, settings.reliability.breaker_slow_s)
         self._service = get_service(self._store, service)
         self._cache_ttl = (
             settings.serving.feature_cache_ttl_s if cache_ttl_s is None else cache_ttl_s
@@ -247,6 +248,31 @@ class OnlineFeatures:
             finally:
                 online._conn = None  # type: ignore[union-attr]
         self._online_inode = None
+
+
+def _bound_redis(store: Any, seconds: float) -> None:
+    """Bound a Redis online store's reads to ``seconds``, unless its config says otherwise.
+
+    Feast's Redis client waits forever by default, and redis-py 8 retries a
+    timed-out command three times with backoff (~5 s in all). The scoring
+    service reads features on its worker's event loop, so a Redis that accepts
+    connections and stops answering would hold every request of the worker,
+    ``/livez`` included. With socket timeouts and no retry a read fails within
+    ``seconds``, the request gets defaults, and after
+    ``reliability.breaker_failures`` such reads the breaker stops trying.
+    """
+    config = store.config.online_store
+    if config.type != "redis":
+        return
+    from feast.infra.online_stores.redis import RedisClient
+
+    bounds = {"socket_timeout": f"{seconds:g}", "socket_connect_timeout": f"{seconds:g}"}
+    if config.client == RedisClient.redis:  # GLIDE takes the timeouts, and has no retry option
+        bounds["retry"] = "null"  # Feast JSON-decodes each value: redis-py gets retry=None
+    options = {part.split("=", 1)[0].strip() for part in config.connection_string.split(",")}
+    for option, value in bounds.items():
+        if option not in options:
+            config.connection_string += f",{option}={value}"
 
 
 def _sqlite_path(store: Any) -> str | None:
