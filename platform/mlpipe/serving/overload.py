@@ -40,15 +40,17 @@ Pooled, the bound can be low enough for the admitted requests' tail above
 saturation without refusing anything at 32 connections (bench/README.md,
 "One bound for the server").
 
-The bound also adapts (:class:`AdaptiveLimit`). By Little's law a bound of N
+The bound can also adapt (:class:`AdaptiveLimit`). By Little's law a bound of N
 in flight means N ÷ throughput of queueing above saturation, so a fixed N fits
 one machine speed: 48 a worker kept the tail short where the server answered
 5,000 requests a second and let it collapse (503s after ~0.9 s) where it
 answered 1,500; 24 held it there but refused requests at 65 % load whenever a
-stall of the machine let a burst pile up. So ``max_inflight`` is the ceiling,
-and a worker lowers its bound while the requests it admits spend longer than
-``target_latency_ms`` in the stack, window after window (bench/README.md,
-"An adaptive bound").
+stall of the machine let a burst pile up. With ``target_latency_ms`` set,
+``max_inflight`` is the ceiling, and a worker lowers its bound while the
+requests it admits spend longer than that in the stack, window after window.
+It is off by default: in paired runs it shortened the tail above saturation
+but refused requests at 80 % load in some rounds, and the machine's noise
+left the trade undecided (bench/README.md, "An adaptive bound").
 """
 
 from __future__ import annotations
