@@ -270,6 +270,7 @@ def test_the_gate_lowers_its_bound_while_requests_queue_past_the_target(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(overload, "_board", [])
+    monkeypatch.setattr(overload, "_state", {"inflight": 0, "limit": 0})
     monkeypatch.setattr(AdaptiveLimit, "WINDOW_S", 0.02)
 
     async def slow(scope: Any, receive: Any, send: Any) -> None:
@@ -285,11 +286,9 @@ def test_the_gate_lowers_its_bound_while_requests_queue_past_the_target(
             break
     assert seen == {10, 5, 4}  # four windows over the target, then halved, then the floor
     assert _answer(FrontDoor(gate, ready=lambda: True))[0] == 200  # 1 in flight < 4: admitted
-    overload._state["inflight"] = 4
-    try:
-        status, _, body = _answer(FrontDoor(_must_not_run, ready=lambda: True))
-    finally:
-        overload._state["inflight"] = 0
+    overload._state["inflight"] = 4  # as if 4 were in flight: the lowered bound refuses
+    status, _, body = _answer(FrontDoor(_must_not_run, ready=lambda: True))
+    overload._state["inflight"] = 0
     assert status == 503 and body["error"] == "overloaded: 4 requests in flight"
     fixed = OverloadGate(slow, max_inflight=10)  # no target: the bound stays whatever the latency
     for _ in range(20):
@@ -299,6 +298,7 @@ def test_the_gate_lowers_its_bound_while_requests_queue_past_the_target(
 
 def test_a_ceiling_under_the_floor_is_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(overload, "_board", [])
+    monkeypatch.setattr(overload, "_state", {"inflight": 0, "limit": 0})
     monkeypatch.setattr(AdaptiveLimit, "WINDOW_S", 0.005)
 
     async def slow(scope: Any, receive: Any, send: Any) -> None:
