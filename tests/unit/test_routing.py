@@ -1,8 +1,11 @@
-"""Routing: sticky, monotonic, share ≈ weight, fast."""
+"""Routing: sticky, monotonic, share ≈ weight.
+
+How fast a decision is is measured by ``bench.components`` ("router
+decision"), not asserted here: a wall-clock bound fails on a busy machine.
+"""
 
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -80,16 +83,6 @@ def test_for_deployment() -> None:
     assert (r.canary, r.canary_weight, r.shadow) == ("2", 30.0, None)
     with pytest.raises(ValueError):
         Router.for_deployment(SimpleNamespace(model="m", champion=None))
-
-
-def test_decision_is_fast() -> None:
-    r = Router("fraud", champion="1", canary="2", canary_weight=20, shadow="3", shadow_sample=10)
-    n = 20_000
-    t0 = time.perf_counter()
-    for k in KEYS[:n]:
-        r.route(k)
-    per_call_us = (time.perf_counter() - t0) / n * 1e6
-    assert per_call_us < 20
 
 
 def test_a_pin_overrides_the_split_but_not_the_shadow_sample() -> None:
