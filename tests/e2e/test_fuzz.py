@@ -5,7 +5,10 @@ One real server (one worker) with one tenant. Every operation in
 routes the gateway adds to it) gets generated cases, valid (positive) and
 invalid (negative), sent with the tenant's key: no case may get a 5xx, and
 every 4xx must carry a JSON error body. The whole run is bounded by
-``BUDGET_S``, shared fairly between the operations and modes.
+``BUDGET_S``, shared fairly between the operations and modes, except that the
+valid runs of the two scoring operations go on past their share until
+``MIN_SCORED`` / ``MIN_INFER_SCORED`` cases were scored (or their cases run
+out): on a slow machine the clock alone left too few to check the contract.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ pytestmark = pytest.mark.e2e
 
 CASES_PER_MODE = 300  # per operation and generation mode (fewer where the space is smaller)
 BUDGET_S = 90.0
+MIN_SCORED = 40  # valid /predict cases aimed at the model that must be scored
+MIN_INFER_SCORED = 10  # valid Open Inference Protocol infer cases that must be scored
 BODY_WEIGHT = 6
 EMPTY_NAME = "String should have at least 1 character"
 
@@ -135,7 +140,7 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
 
     def check(case: Any, mode: GenerationMode) -> None:
         nonlocal scored
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline and _enough(case.operation.label, mode.value):
             return
         at_model = False
         if case.operation.path == "/predict" and mode.value == "positive":
@@ -158,6 +163,16 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
                 f"    {case.as_curl_command(headers=auth)}"
             )
 
+    def _enough(label: str, mode: str) -> bool:
+        """Whether a run past its share of the budget has what the assertions below need."""
+        if mode != "positive":
+            return True
+        if label == "POST /predict":
+            return scored >= MIN_SCORED
+        if label == "POST /v2/models/{name}/infer":
+            return statuses[(label, 200)] >= MIN_INFER_SCORED
+        return True
+
     # An operation with a body has the most to fuzz (and its valid cases are scored):
     # it gets BODY_WEIGHT shares of the budget; each run gets its shares of what is left,
     # so time one run leaves over goes to the rest.
@@ -177,6 +192,6 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
     # its inputs is scored. The one exception: the document cannot say that entity and
     # feature names must not be empty, and such a case gets a 422 that says so.
     assert not refused, "\n".join(refused[:10])
-    assert scored >= 40, summary
-    assert statuses[("POST /v2/models/{name}/infer", 200)] >= 10, summary
+    assert scored >= MIN_SCORED, summary
+    assert statuses[("POST /v2/models/{name}/infer", 200)] >= MIN_INFER_SCORED, summary
     assert {label for label, _ in statuses} == {op.label for op in operations}
