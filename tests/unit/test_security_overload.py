@@ -261,6 +261,11 @@ def test_an_idle_worker_starts_again_from_the_ceiling() -> None:
     assert limit.observe(0.100) == 48
 
 
+async def _slow(scope: Any, receive: Any, send: Any) -> None:
+    await asyncio.sleep(0.004)  # every request 4 ms in the stack, against a 1 ms target
+    await _ok(scope, receive, send)
+
+
 def test_a_floor_above_the_ceiling_is_refused() -> None:
     with pytest.raises(ValueError, match=r"the floor \(9\) must be from 1 to the ceiling \(8\)"):
         AdaptiveLimit(8, 9, 0.030)
@@ -273,11 +278,7 @@ def test_the_gate_lowers_its_bound_while_requests_queue_past_the_target(
     monkeypatch.setattr(overload, "_state", {"inflight": 0, "limit": 0})
     monkeypatch.setattr(AdaptiveLimit, "WINDOW_S", 0.02)
 
-    async def slow(scope: Any, receive: Any, send: Any) -> None:
-        await asyncio.sleep(0.004)  # every request 4 ms in the stack, against a 1 ms target
-        await _ok(scope, receive, send)
-
-    gate = OverloadGate(slow, max_inflight=10, target_latency_ms=1, min_inflight=4)
+    gate = OverloadGate(_slow, max_inflight=10, target_latency_ms=1, min_inflight=4)
     seen = set()
     for _ in range(500):  # ~4 requests a window; 6 windows take it to the floor
         assert _answer(gate)[0] == 200
@@ -290,7 +291,7 @@ def test_the_gate_lowers_its_bound_while_requests_queue_past_the_target(
     status, _, body = _answer(FrontDoor(_must_not_run, ready=lambda: True))
     overload._state["inflight"] = 0
     assert status == 503 and body["error"] == "overloaded: 4 requests in flight"
-    fixed = OverloadGate(slow, max_inflight=10)  # no target: the bound stays whatever the latency
+    fixed = OverloadGate(_slow, max_inflight=10)  # no target: the bound stays whatever the latency
     for _ in range(20):
         assert _answer(fixed)[0] == 200
     assert overload._state["limit"] == 10
@@ -301,11 +302,7 @@ def test_a_ceiling_under_the_floor_is_the_bound(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(overload, "_state", {"inflight": 0, "limit": 0})
     monkeypatch.setattr(AdaptiveLimit, "WINDOW_S", 0.005)
 
-    async def slow(scope: Any, receive: Any, send: Any) -> None:
-        await asyncio.sleep(0.004)
-        await _ok(scope, receive, send)
-
-    gate = OverloadGate(slow, max_inflight=2, target_latency_ms=1, min_inflight=8)
+    gate = OverloadGate(_slow, max_inflight=2, target_latency_ms=1, min_inflight=8)
     for _ in range(30):
         assert _answer(gate)[0] == 200
         assert overload._state["limit"] == 2
