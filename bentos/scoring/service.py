@@ -135,8 +135,6 @@ Scoring.add_asgi_middleware(InferenceProtocol, max_body_bytes=_s.max_body_bytes)
 Scoring.add_asgi_middleware(
     OverloadGate,
     max_inflight=settings.reliability.max_inflight,
-    target_latency_ms=settings.reliability.target_latency_ms,
-    min_inflight=settings.reliability.min_inflight,
     retry_after_s=settings.reliability.retry_after_s,
     reconnect_every=settings.reliability.reconnect_every,
 )

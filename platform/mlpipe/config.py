@@ -99,12 +99,6 @@ class ReliabilitySettings(_Section):
     # throughput is how long admitted requests queue above saturation (bench/README.md,
     # "The bound, after the gateway change": 48 once the server answered 2 x faster)
     max_inflight: int = Field(48, ge=1)
-    # above 0, the bound adapts: while admitted requests spend longer than this in the
-    # stack, a worker lowers it (to min_inflight, or max_inflight if lower), and raises it
-    # again once they do not. Off by default: paired runs on a noisy 2-core machine could
-    # not show it worth its 503s at 80 % load (bench/README.md, "An adaptive bound")
-    target_latency_ms: float = Field(0.0, ge=0)
-    min_inflight: int = Field(8, ge=1)
     retry_after_s: int = Field(1, ge=1)
     # every Nth /predict answer of a worker says Connection: close (0: never). Workers share
     # one listening socket and the first to wake accepts a whole burst of connections: at

@@ -15,7 +15,6 @@ import pytest
 
 from mlpipe.serving import overload
 from mlpipe.serving.overload import (
-    AdaptiveLimit,
     FrontDoor,
     InflightBoard,
     OverloadGate,
@@ -218,91 +217,3 @@ def test_opening_a_board_removes_those_of_servers_that_have_exited(tmp_path: Pat
         "inflight-127.0.0.1-3",
     ]
     assert board.total() == 0 and live.read_bytes() == struct.pack("3q", os.getpid(), 1, 1)
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _windows(limit: AdaptiveLimit, clock: _Clock, means: list[float]) -> list[int]:
-    """Close one window per mean (ten requests each); the bound after each."""
-    out = []
-    for mean in means:
-        for _ in range(9):
-            limit.observe(mean)
-        clock.now += AdaptiveLimit.WINDOW_S
-        out.append(limit.observe(mean))
-    return out
-
-
-def test_the_bound_falls_only_under_sustained_queueing_and_recovers() -> None:
-    clock = _Clock()
-    limit = AdaptiveLimit(48, 8, 0.030, clock=clock)
-    assert _windows(limit, clock, [0.010] * 3) == [48, 48, 48]  # under the target: the ceiling
-    # the windows it takes to drain the burst a stall piled up change nothing
-    assert _windows(limit, clock, [0.080, 0.010] + [0.080] * 3) == [48] * 5
-    # from the fourth in a row each cuts it in proportion: 30 ms / 40 ms of the bound ...
-    assert _windows(limit, clock, [0.040] * 2) == [36, 27]
-    # ... by half at most, and not under the floor
-    assert _windows(limit, clock, [0.300] * 3) == [13, 8, 8]
-    # back under the target: up by a sixteenth of the ceiling a window
-    assert _windows(limit, clock, [0.020] * 3) == [11, 14, 17]
-
-
-def test_an_idle_worker_starts_again_from_the_ceiling() -> None:
-    clock = _Clock()
-    limit = AdaptiveLimit(48, 8, 0.030, clock=clock)
-    assert _windows(limit, clock, [0.100] * 4)[-1] == 24
-    clock.now += 2 * AdaptiveLimit.WINDOW_S  # nothing answered for two windows
-    assert limit.observe(0.100) == 48
-
-
-async def _slow(scope: Any, receive: Any, send: Any) -> None:
-    await asyncio.sleep(0.004)  # every request 4 ms in the stack, against a 1 ms target
-    await _ok(scope, receive, send)
-
-
-def test_a_floor_above_the_ceiling_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"the floor \(9\) must be from 1 to the ceiling \(8\)"):
-        AdaptiveLimit(8, 9, 0.030)
-
-
-def test_the_gate_lowers_its_bound_while_requests_queue_past_the_target(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(overload, "_board", [])
-    monkeypatch.setattr(overload, "_state", {"inflight": 0, "limit": 0})
-    monkeypatch.setattr(AdaptiveLimit, "WINDOW_S", 0.02)
-
-    gate = OverloadGate(_slow, max_inflight=10, target_latency_ms=1, min_inflight=4)
-    seen = set()
-    for _ in range(500):  # ~4 requests a window; 6 windows take it to the floor
-        assert _answer(gate)[0] == 200
-        seen.add(overload._state["limit"])
-        if overload._state["limit"] == 4:
-            break
-    assert seen == {10, 5, 4}  # four windows over the target, then halved, then the floor
-    assert _answer(FrontDoor(gate, ready=lambda: True))[0] == 200  # 1 in flight < 4: admitted
-    overload._state["inflight"] = 4  # as if 4 were in flight: the lowered bound refuses
-    status, _, body = _answer(FrontDoor(_must_not_run, ready=lambda: True))
-    overload._state["inflight"] = 0
-    assert status == 503 and body["error"] == "overloaded: 4 requests in flight"
-    fixed = OverloadGate(_slow, max_inflight=10)  # no target: the bound stays whatever the latency
-    for _ in range(20):
-        assert _answer(fixed)[0] == 200
-    assert overload._state["limit"] == 10
-
-
-def test_a_ceiling_under_the_floor_is_the_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(overload, "_board", [])
-    monkeypatch.setattr(overload, "_state", {"inflight": 0, "limit": 0})
-    monkeypatch.setattr(AdaptiveLimit, "WINDOW_S", 0.005)
-
-    gate = OverloadGate(_slow, max_inflight=2, target_latency_ms=1, min_inflight=8)
-    for _ in range(30):
-        assert _answer(gate)[0] == 200
-        assert overload._state["limit"] == 2

@@ -39,18 +39,6 @@ bound divided by the throughput is the queue the admitted requests wait in).
 Pooled, the bound can be low enough for the admitted requests' tail above
 saturation without refusing anything at 32 connections (bench/README.md,
 "One bound for the server").
-
-The bound can also adapt (:class:`AdaptiveLimit`). By Little's law a bound of N
-in flight means N ÷ throughput of queueing above saturation, so a fixed N fits
-one machine speed: 48 a worker kept the tail short where the server answered
-5,000 requests a second and let it collapse (503s after ~0.9 s) where it
-answered 1,500; 24 held it there but refused requests at 65 % load whenever a
-stall of the machine let a burst pile up. With ``target_latency_ms`` set,
-``max_inflight`` is the ceiling, and a worker lowers its bound while the
-requests it admits spend longer than that in the stack, window after window.
-It is off by default: in paired runs it shortened the tail above saturation
-but refused requests at 80 % load in some rounds, and the machine's noise
-left the trade undecided (bench/README.md, "An adaptive bound").
 """
 
 from __future__ import annotations
@@ -58,7 +46,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -158,65 +145,6 @@ def _count(delta: int) -> None:
         _board[0].publish(_state["inflight"])
 
 
-class AdaptiveLimit:
-    """One worker's bound on requests in flight: ``ceiling``, lowered while they queue too long.
-
-    Every ``WINDOW_S`` the mean time the admitted requests spent in the stack
-    (admission to the end of the answer) is compared with ``target_s``. After
-    ``SUSTAIN`` windows in a row over it, each window over it cuts the bound in
-    proportion (``target_s`` ÷ the mean, at most by half), down to ``floor``:
-    sustained overload, not the second it takes to drain the burst a stall of
-    the machine piled up, which is what the bound is there to absorb. A window
-    at or under it raises the bound by a sixteenth of the ceiling. A worker
-    that answered nothing for two windows starts again from the ceiling: it
-    is idle, not overloaded.
-    """
-
-    WINDOW_S = 0.25
-    SUSTAIN = 4
-
-    def __init__(
-        self,
-        ceiling: int,
-        floor: int,
-        target_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if not 1 <= floor <= ceiling:
-            raise ValueError(f"the floor ({floor}) must be from 1 to the ceiling ({ceiling})")
-        self.ceiling, self.floor, self.target_s = ceiling, floor, target_s
-        self.limit = ceiling
-        self._clock = clock
-        self._step = max(1, ceiling // 16)
-        self._ends = clock() + self.WINDOW_S
-        self._total = 0.0
-        self._count = 0
-        self._over = 0
-
-    def observe(self, seconds: float) -> int:
-        """Count one admitted request's time in the stack; the bound from now on."""
-        now = self._clock()
-        if now >= self._ends + self.WINDOW_S:  # no window closed for a while: idle
-            self.limit, self._over, self._total, self._count = self.ceiling, 0, 0.0, 0
-            self._ends = now + self.WINDOW_S
-        self._total += seconds
-        self._count += 1
-        if now >= self._ends:
-            self._close_window(self._total / self._count)
-            self._ends, self._total, self._count = now + self.WINDOW_S, 0.0, 0
-        return self.limit
-
-    def _close_window(self, mean: float) -> None:
-        if mean > self.target_s:
-            self._over += 1
-            if self._over >= self.SUSTAIN:
-                cut = max(0.5, self.target_s / mean)
-                self.limit = max(self.floor, min(self.limit - 1, int(self.limit * cut)))
-        else:
-            self._over = 0
-            self.limit = min(self.ceiling, self.limit + self._step)
-
-
 def _is_scoring(scope: Scope) -> bool:
     """An HTTP request for a prediction: ``/predict`` or an Open Inference Protocol infer."""
     if scope["type"] != "http":
@@ -251,20 +179,13 @@ class FrontDoor:
 
 
 class OverloadGate:
-    """Count ``path`` requests in flight; 503 + ``Retry-After`` beyond the bound.
-
-    The bound is ``max_inflight``, or, with ``target_latency_ms`` above 0, an
-    :class:`AdaptiveLimit` from ``max_inflight`` down to ``min_inflight`` (no
-    lower than ``max_inflight`` itself: a bound of 2 stays 2).
-    """
+    """Count ``path`` requests in flight; 503 + ``Retry-After`` beyond ``max_inflight``."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
         max_inflight: int,
-        target_latency_ms: float = 0.0,
-        min_inflight: int = 1,
         retry_after_s: int = 1,
         reconnect_every: int = 0,
         path: str = "/predict",
@@ -274,11 +195,6 @@ class OverloadGate:
         self.reconnect_every = reconnect_every
         self.path = path
         self._admitted = 0
-        self._adaptive = (
-            AdaptiveLimit(max_inflight, min(min_inflight, max_inflight), target_latency_ms / 1000)
-            if target_latency_ms > 0
-            else None
-        )
         _state["limit"] = max_inflight
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -292,13 +208,10 @@ class OverloadGate:
         if self.reconnect_every and self._admitted % self.reconnect_every == 0:
             send = _closing(send)
         _count(1)
-        started = time.perf_counter()
         try:
             await self.app(scope, receive, send)
         finally:
             _count(-1)
-            if self._adaptive is not None:
-                _state["limit"] = self._adaptive.observe(time.perf_counter() - started)
 
 
 async def _refuse(send: Send, retry_after: bytes, message: str, *, close: bool = False) -> None:
@@ -334,11 +247,4 @@ def _runtime_ready() -> bool:
     return rt is not None and rt.ready
 
 
-__all__ = [
-    "AdaptiveLimit",
-    "FrontDoor",
-    "InflightBoard",
-    "OverloadGate",
-    "saturated",
-    "share_with_workers",
-]
+__all__ = ["FrontDoor", "InflightBoard", "OverloadGate", "saturated", "share_with_workers"]
