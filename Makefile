@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test audit lint docs bench bench-quick soak clean
+.PHONY: install demo test audit lint typecheck docs bench bench-quick soak clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,13 +21,16 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 
+typecheck: install
+	$(BIN)/mypy
+
 docs: install
 	$(BIN)/mkdocs build --strict --site-dir build/site
 
 # Three workers, one test file each at a time: much of the suite waits on real
 # servers and subprocesses starting, so on two cores a third file in flight fills
 # the waits (2 workers: 12 min 06 s; 3: 10 min 45 s, the same 281 passed).
-test: install lint docs
+test: install lint typecheck docs
 	$(BIN)/pytest -n 3 --dist loadfile
 
 # pip-audit over constraints.txt (.ci/audit says SKIPPED where PyPI's JSON API is unreachable).

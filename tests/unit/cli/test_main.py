@@ -1,0 +1,66 @@
+"""The command in-process: exact output and exit codes at the error boundary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlpipe_cli.main import run
+from mlpipe_cli.state import state
+
+
+def mlpipe(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    """Run ``mlpipe ARGS`` in this process: (exit code, stdout, stderr)."""
+    monkeypatch.setattr("sys.argv", ["mlpipe", *args])
+    monkeypatch.setattr(state, "debug", False)
+    monkeypatch.setattr(state, "profile", None)
+    with pytest.raises(SystemExit) as exit_:
+        run()
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
+def test_status_of_a_model_never_deployed(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = mlpipe(monkeypatch, capsys, "status", "nosuch")
+    assert (code, out) == (2, "")
+    assert err == "error: nosuch has no deployment; run `mlpipe deploy nosuch --version V` first\n"
+
+
+def test_history_json_of_a_model_never_deployed_prints_no_json(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = mlpipe(monkeypatch, capsys, "history", "nosuch", "--json")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: nosuch has no deployment")
+    assert "Traceback" not in err
+
+
+def test_deploy_of_an_unregistered_model_changes_nothing(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = mlpipe(monkeypatch, capsys, "deploy", "fraud", "--version", "1")
+    assert (code, out, err) == (2, "", "error: no registered model named 'fraud'\n")
+    code, out, err = mlpipe(monkeypatch, capsys, "status", "fraud")
+    assert code == 2 and "fraud has no deployment" in err
+
+
+def test_tenants_list_json_on_a_fresh_home(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = mlpipe(monkeypatch, capsys, "tenants", "list", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == []
+
+
+def test_unknown_option_is_a_usage_error(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = mlpipe(monkeypatch, capsys, "status", "fraud", "--no-such-flag")
+    assert (code, out) == (2, "")
+    assert "No such option: --no-such-flag" in err
