@@ -1,0 +1,123 @@
+"""Dependencies inside ``mlpipe`` run one way, and packages keep their private modules.
+
+Every ``import mlpipe.X`` / ``from mlpipe.X import`` anywhere in a module counts
+(module level, inside a function, under ``TYPE_CHECKING``): a lazy import still
+is a dependency. A package may import its own layer or lower ones, and the
+packages of one layer may not import each other in a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "platform" / "mlpipe"
+
+LAYERS: list[set[str]] = [
+    {"config", "errors"},
+    {"routing", "windows", "engines"},
+    {"registry", "features", "predlog", "warehouse", "security"},
+    {"monitoring"},
+    {"deployments"},
+    {"serving", "demo", "stack", "export"},
+]
+LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, dotted module) for every mlpipe import in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+            if node.module == "mlpipe":
+                names = [f"mlpipe.{alias.name}" for alias in node.names]
+            else:
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
+            yield from ((node.lineno, n) for n in names if n.startswith("mlpipe"))
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names if a.name.startswith("mlpipe"))
+
+
+def _edges(root: Path = PACKAGE) -> dict[tuple[str, str], list[str]]:
+    """(importer package, imported package) -> where, for imports across packages."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel == Path("__init__.py"):
+            continue
+        source = rel.parts[0].removesuffix(".py")
+        for line, module in _imports(path):
+            parts = module.split(".")
+            if len(parts) > 1 and parts[1] in LAYER and parts[1] != source:
+                places = edges.setdefault((source, parts[1]), [])
+                if f"{rel}:{line}" not in places:
+                    places.append(f"{rel}:{line}")
+    return edges
+
+
+def upward_imports(root: Path = PACKAGE) -> list[str]:
+    """Every import of a higher layer, as 'file:line source -> target'."""
+    return [
+        f"{where} {source} -> {target}"
+        for (source, target), places in _edges(root).items()
+        if LAYER[target] > LAYER.get(source, len(LAYERS))
+        for where in places
+    ]
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {
+        p.name.removesuffix(".py")
+        for p in PACKAGE.iterdir()
+        if p.name != "__init__.py" and (p.suffix == ".py" or (p / "__init__.py").exists())
+    }
+    assert packages - set(LAYER) == set(), "add the new package to LAYERS"
+
+
+def test_no_upward_import() -> None:
+    assert upward_imports() == []
+
+
+def test_no_cycle_between_packages() -> None:
+    graph: dict[str, set[str]] = {}
+    for source, target in _edges():
+        graph.setdefault(source, set()).add(target)
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    cycles = sorted(p for p in graph if reaches(p, p, {p}))
+    assert cycles == []
+
+
+def _private_imports(root: Path) -> list[str]:
+    """Imports of another package's private module (``mlpipe.pkg._mod``) under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        own = path.relative_to(PACKAGE).parts[0] if path.is_relative_to(PACKAGE) else None
+        for line, module in _imports(path):
+            parts = module.split(".")
+            if any(part.startswith("_") for part in parts[2:]) and parts[1] != own:
+                found.append(f"{path.relative_to(REPO)}:{line} {module}")
+    return found
+
+
+@pytest.mark.parametrize("root", ["platform/mlpipe", "cli", "bentos", "bench"])
+def test_no_import_of_another_package_private_module(root: str) -> None:
+    assert _private_imports(REPO / root) == []
+
+
+def test_an_upward_import_is_caught(tmp_path: Path) -> None:
+    """The check itself: a new registry module importing deployments is reported."""
+    (tmp_path / "registry").mkdir()
+    (tmp_path / "registry" / "_read.py").write_text(
+        "def f():\n    from mlpipe.deployments import Deployment\n"
+    )
+    assert upward_imports(tmp_path) == ["registry/_read.py:2 registry -> deployments"]
