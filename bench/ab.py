@@ -29,7 +29,7 @@ from bench import loadgen, noise, servers
 from bench.run import OPEN_WARMUP_S, RESULTS, variant_env
 from bench.summary import summarize
 from bench.workload import Cases, ensure_home, mlpipe_bodies
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 
 BASELINE = "default"
 

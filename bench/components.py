@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlpipe import registry
     from mlpipe.config import load_settings
     from mlpipe.features import OnlineFeatures
-    from mlpipe.predlog import PredictionRecord
-    from mlpipe.predlog.segments import SegmentWriter
+    from mlpipe.predlog import PredictionRecord, SegmentWriter
     from mlpipe.routing import Router
     from mlpipe.serving import PredictRequest, ServingRuntime
 

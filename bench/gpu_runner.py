@@ -1,6 +1,6 @@
 """The MLP runner's batched throughput and p99 latency, CPU vs GPU, at batch sizes 1..256.
 
-Scores through mlpipe's own torch runner (``mlpipe.registry._flavors.torch_scorer``,
+Scores through mlpipe's own torch runner (``mlpipe.registry.torch_scorer``,
 what a served torch version calls per batch), on a TorchScript MLP shaped like a
 fraud model (16 inputs, two hidden layers of 256). Rows: CPU FP32, CPU dynamic
 INT8 (mlpipe's ``--quantize int8`` recipe), and, when ``torch.cuda.is_available()``,
@@ -68,8 +68,7 @@ def main() -> None:
     warnings.filterwarnings("ignore", message=".*grad attribute")
     import torch
 
-    from mlpipe.quantize import quantize_module
-    from mlpipe.registry._flavors import torch_scorer
+    from mlpipe.registry import quantize_module, torch_scorer
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="per cell")

@@ -30,7 +30,7 @@ from bench.workload import (
     v1_features,
 )
 from mlpipe.config import ServingSettings
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Each open-loop point first runs this long unrecorded at its rate: the step from the

@@ -27,7 +27,7 @@ from typing import Any
 from bench import loadgen, servers
 from bench.summary import Sample, summarize
 from bench.workload import Cases, ensure_home, mlpipe_bodies
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MB = 1024 * 1024

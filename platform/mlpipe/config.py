@@ -32,8 +32,8 @@ class ServingSettings(_Section):
     port: int = Field(3000, ge=1, le=65535)
     workers: int = Field(2, ge=1)
     # 16, not 64: batches run on the event loop, and a shorter batch lets it refuse sooner
-    max_batch_size: int = Field(16, ge=1)  # bench/README.md, "Batch size on the loop"
-    max_latency_ms: int = Field(1000, ge=1)  # bench/README.md: 20 ms collapsed into 503s
+    max_batch_size: int = Field(16, ge=1)  # decision 020
+    max_latency_ms: int = Field(1000, ge=1)  # decision 002: 20 ms collapsed into 503s
     feature_cache_ttl_s: float = Field(30.0, ge=0)
     feature_cache_size: int = Field(100_000, ge=0)
     prediction_cache_size: int = Field(100_000, ge=0)
@@ -96,14 +96,14 @@ class ReliabilitySettings(_Section):
 
     # per worker, held over the server's workers together: beyond max_inflight × workers
     # in flight, /predict answers 503 at once. By Little's law the bound over the
-    # throughput is how long admitted requests queue above saturation (bench/README.md,
-    # "The bound, after the gateway change": 48 once the server answered 2 x faster)
+    # throughput is how long admitted requests queue above saturation (decision 010:
+    # 48 once the server answered 2 x faster)
     max_inflight: int = Field(48, ge=1)
     retry_after_s: int = Field(1, ge=1)
     # every Nth /predict answer of a worker says Connection: close (0: never). Workers share
     # one listening socket and the first to wake accepts a whole burst of connections: at
     # c=32 one worker held all 32 and the other idled. Reconnects land on whichever worker
-    # is free to accept, so connections spread: c=32 1.4x req/s here (bench/README.md)
+    # is free to accept, so connections spread: c=32 1.4x req/s here (decision 007)
     reconnect_every: int = Field(100, ge=0)
     breaker_failures: int = Field(3, ge=1)  # consecutive feature-store failures that open it
     breaker_reset_s: float = Field(5.0, gt=0)  # open this long, then one probe

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.exc import OperationalError
@@ -31,7 +32,7 @@ def engine_for(url: str) -> Engine:
 
 def _make_sqlite_transactional(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # let SQLAlchemy's BEGIN below rule
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlpipe import deployments, features, registry, warehouse
 from mlpipe.config import Settings
 from mlpipe.errors import MlpipeError
 
@@ -27,8 +28,6 @@ class StoreCheck:
 
 def init(settings: Settings) -> list[InitStep]:
     """Create what is missing of the local stack; a second run creates nothing."""
-    from mlpipe import deployments, registry
-
     steps = [
         _ensure_dir("state", settings.state_path),
         _ensure_dir("prediction log", settings.predlog_path),
@@ -44,8 +43,6 @@ def init(settings: Settings) -> list[InitStep]:
 
 
 def _warehouse_init(settings: Settings) -> None:
-    from mlpipe import warehouse
-
     with warehouse.write(settings):
         pass  # opening for write runs the warehouse's migrations
 
@@ -99,16 +96,12 @@ def _require_file(url: str, hint: str) -> None:
 
 
 def _check_registry(settings: Settings) -> str:
-    from mlpipe import registry
-
     _require_file(settings.registry, "run `mlpipe init`")
     models = registry.list_models(settings)
     return f"{len(models)} registered model(s)"
 
 
 def _check_control(settings: Settings) -> str:
-    from mlpipe import deployments
-
     _require_file(settings.control, "run `mlpipe init`")
     return f"{len(deployments.generations(settings))} deployed model(s)"
 
@@ -117,17 +110,12 @@ def _check_features(settings: Settings) -> str:
     yaml_file = settings.feature_store_yaml_path
     if not yaml_file.is_file():
         raise MlpipeError(f"no {yaml_file.name} in {yaml_file.parent}")
-    from mlpipe import features
-    from mlpipe.features.store import open_store
-
-    online = open_store(settings).config.online_store.type
+    online = features.open_store(settings).config.online_store.type
     services = features.list_services(settings)
     return f"{len(services)} feature service(s), online store: {online}"
 
 
 def _check_warehouse(settings: Settings) -> str:
-    from mlpipe import warehouse
-
     _require_file(settings.warehouse, "run `mlpipe init`")
     return f"{len(warehouse.models_in_warehouse(settings))} model(s) with logged predictions"
 

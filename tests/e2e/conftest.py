@@ -1,4 +1,4 @@
-"""One real ``bentoml serve`` (through :func:`mlpipe.serving.server.server_command`) per module.
+"""One real ``bentoml serve`` (through :func:`mlpipe.serving.server_command`) per module.
 
 The project home is a temp dir with a small scikit-learn model registered in
 four versions; the server's process group is killed in teardown, and the
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlpipe.serving.server import ScoringProcess, free_port
+from mlpipe.serving import ScoringProcess, free_port
 
 FEATURES = ["amount", "n_items"]
 

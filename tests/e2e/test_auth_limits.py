@@ -18,7 +18,7 @@ import httpx
 import numpy as np
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 from tests.e2e.conftest import _train, deploy_one, predlog_rows
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +31,7 @@ PII_KEY = "e2e-pii-key-not-default"
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     from mlpipe import deployments, registry, security
     from mlpipe.config import load_settings
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-sec")
     settings = load_settings(home=home, pii_fields=["email"], pii_key=PII_KEY)

@@ -16,7 +16,7 @@ import pytest
 
 from mlpipe import demo
 from mlpipe.config import load_settings
-from mlpipe.serving.server import ScoringProcess, free_port
+from mlpipe.serving import ScoringProcess, free_port
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.e2e

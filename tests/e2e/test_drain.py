@@ -46,7 +46,7 @@ from typing import Any
 
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 from tests.e2e.conftest import deploy_one
 from tests.e2e.test_reliability import _answering, _body, _workers
 
@@ -174,7 +174,7 @@ def _serving(home: Path, launcher: str) -> Iterator[SimpleNamespace]:
     import psutil
 
     from mlpipe.config import load_settings
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving import ScoringProcess
 
     settings = load_settings(home=home)
     deploy_one(settings)

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 from tests.e2e.conftest import deploy_one
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +43,7 @@ EMPTY_NAME = "String should have at least 1 character"
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     from mlpipe import security
     from mlpipe.config import load_settings
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-fuzz")
     settings = load_settings(home=home)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 from tests.e2e.conftest import deploy_one, predlog_rows
 
 pytestmark = pytest.mark.e2e
@@ -36,7 +36,7 @@ GOOD = {"model": "fraud", "entity": {}, "features": {"amount": 80.0, "n_items": 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     from mlpipe.config import load_settings
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-hard")
     settings = load_settings(home=home)

@@ -91,7 +91,7 @@ def test_json_tensors_and_errors(stack: Any) -> None:
 
 
 def test_answers_match_the_documented_messages(stack: Any) -> None:
-    from mlpipe.serving.oip_schema import InferenceResponse, ModelMetadata, openapi
+    from mlpipe.serving._oip_schema import InferenceResponse, ModelMetadata, openapi
 
     url = stack.server.url
     ModelMetadata.model_validate(httpx.get(f"{url}/v2/models/fraud", timeout=30).json())

@@ -4,7 +4,7 @@ A server admitting 2 requests at a time per worker, 64 clients at once: the
 rest are refused with 503, ``Retry-After`` and the connection kept, counted in
 ``/metrics``, and nothing refused reaches the prediction log. With two
 workers the bound is held over the server: BentoML's workers share one
-in-flight board (``mlpipe.serving.overload.InflightBoard``), and every slot
+in-flight board (``mlpipe.serving.InflightBoard``), and every slot
 is back to zero once the load is over.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 from tests.e2e.conftest import deploy_one, fire, predlog_rows
 
 pytestmark = pytest.mark.e2e
@@ -38,7 +38,7 @@ def test_beyond_max_inflight_requests_get_fast_503s_and_leave_no_log_row(
     tmp_path_factory: pytest.TempPathFactory, workers: int
 ) -> None:
     from mlpipe.config import load_settings
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-overload")
     settings = load_settings(home=home)

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 from tests.e2e.conftest import deploy_one
 
 pytestmark = pytest.mark.e2e
@@ -30,7 +30,7 @@ _REASONS: Counter[str] = Counter()
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     from mlpipe.config import load_settings
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-rel")
     settings = load_settings(home=home)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from mlpipe.serving.server import ScoringProcess, free_port
+from mlpipe.serving import ScoringProcess, free_port
 from tests.e2e.conftest import deploy_one
 
 pytestmark = pytest.mark.e2e

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 
 ADMIN_URL = os.environ.get("MLPIPE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("MLPIPE_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -80,9 +80,9 @@ def _dispose_engines(url: str) -> None:
 
     engines.engine_for(url).dispose()
     engines.engine_for.cache_clear()
-    from mlpipe.deployments import _plane
+    from mlpipe.deployments._plane import plane_for
 
-    _plane.cache_clear()
+    plane_for.cache_clear()
 
 
 class MlflowServer:

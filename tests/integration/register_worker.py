@@ -76,7 +76,7 @@ def _import_everything() -> None:
     import pandas  # noqa: F401
 
     import mlpipe.registry  # noqa: F401
-    from mlpipe.registry._artifacts import _skops_io
+    from mlpipe.registry._sklearn_flavor import _skops_io
     from mlpipe_cli import main as _  # noqa: F401
 
     _skops_io()  # as a registration imports it: without PyTorch

@@ -64,7 +64,7 @@ def test_status_shows_live_figures_per_arm(registered_home: Path, cli) -> None: 
     import time
 
     from mlpipe.config import load_settings
-    from mlpipe.predlog.record import ENCODER, PredictionRecord
+    from mlpipe.predlog import ENCODER, PredictionRecord
 
     assert cli("deploy", "fraud", "--version", "1").returncode == 0
     assert cli("deploy", "fraud", "--version", "2", "--canary", "10").returncode == 0

@@ -8,7 +8,7 @@ import pytest
 
 from mlpipe import deployments, registry
 from mlpipe.config import load_settings
-from mlpipe.deployments.record import plan_promote
+from mlpipe.deployments import plan_promote
 from mlpipe.errors import Conflict, InvalidInput, NotFound
 from tests.conftest import MLPIPE
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mlpipe import features
+from mlpipe import demo, features
 from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import OnlineFeatures
@@ -39,7 +39,7 @@ def copy_repo(home: Path) -> Settings:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """Data ending this hour, applied and materialized: every customer has fresh features."""
     settings = copy_repo(tmp_path_factory.mktemp("live"))
-    features.generate(settings.feature_repo_path / "data", customers=30, days=4, end=NOW)
+    demo.generate(settings.feature_repo_path / "data", customers=30, days=4, end=NOW)
     features.apply(settings)
     features.materialize(settings, end=NOW + timedelta(minutes=5))
     yield settings
@@ -103,7 +103,7 @@ def test_removed_or_corrupt_store_serves_defaults_without_raising(
 def test_value_older_than_its_ttl_comes_back_missing(tmp_path: Path) -> None:
     settings = copy_repo(tmp_path)
     end = NOW - timedelta(days=3)  # the last stats snapshot is 3 days old; the TTL is 2
-    features.generate(settings.feature_repo_path / "data", customers=5, days=2, end=end)
+    demo.generate(settings.feature_repo_path / "data", customers=5, days=2, end=end)
     features.apply(settings)
     features.materialize(settings, end=end + timedelta(hours=1))
     online = OnlineFeatures(settings, "fraud_v2", cache_ttl_s=60, cache_size=10)
@@ -118,7 +118,7 @@ def test_value_older_than_its_ttl_comes_back_missing(tmp_path: Path) -> None:
 def test_training_set_is_point_in_time_correct(tmp_path: Path) -> None:
     settings = copy_repo(tmp_path)
     data = settings.feature_repo_path / "data"
-    features.generate(data, customers=3, days=1, end=NOW)  # for the profile source
+    demo.generate(data, customers=3, days=1, end=NOW)  # for the profile source
     # Irregular snapshots whose values are their own event time, so a value from
     # after a label's time (or from beyond the TTL) is visible in the result. The
     # 57-hour gap leaves some labels with no snapshot inside the 2-day TTL.

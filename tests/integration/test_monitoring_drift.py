@@ -15,7 +15,7 @@ import pytest
 
 from mlpipe import monitoring, warehouse
 from mlpipe.config import load_settings
-from mlpipe.predlog.record import ENCODER, PredictionRecord
+from mlpipe.predlog import ENCODER, PredictionRecord
 
 pytestmark = pytest.mark.integration
 FEATURES = ["a", "b", "c", "d"]

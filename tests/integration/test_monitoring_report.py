@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from mlpipe import monitoring, registry
-from mlpipe.predlog.record import ENCODER, PredictionRecord
+from mlpipe.predlog import ENCODER, PredictionRecord
 
 pytestmark = pytest.mark.integration
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -85,7 +85,7 @@ def test_mlp_registers_loads_verified_and_serves_on_cpu(home: Path, settings: An
 def test_int8_version_names_its_parent_and_stays_within_tolerance(
     home: Path, settings: Any, cli: Any
 ) -> None:
-    from mlpipe import quantize, registry
+    from mlpipe import registry
     from mlpipe.errors import InvalidInput
 
     model_path, data, _ = _train_mlp(home)
@@ -108,10 +108,10 @@ def test_int8_version_names_its_parent_and_stays_within_tolerance(
     after = registry.load_verified(settings, "fraud-mlp", derived.version).predict_scores(x)
     assert np.max(np.abs(after - before)) <= tolerance
 
-    half = quantize.register_quantized(
+    half = registry.register_quantized(
         settings, "fraud-mlp", recipe="fp16", dataset=data, parent=parent.version
     )
     assert half.tags["mlpipe.parent_version"] == f"fraud-mlp/{parent.version}"
     assert half.metrics["max_abs_score_delta"] < 0.01
     with pytest.raises(InvalidInput, match="--quantize must be one of"):
-        quantize.register_quantized(settings, "fraud-mlp", recipe="int4", dataset=data)
+        registry.register_quantized(settings, "fraud-mlp", recipe="int4", dataset=data)

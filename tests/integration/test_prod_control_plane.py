@@ -103,7 +103,7 @@ def test_first_deploy_race_is_decided_by_the_primary_key(pg_url: str) -> None:
 
 
 def _records(n: int, start: float):  # type: ignore[no-untyped-def]
-    from mlpipe.predlog.record import PredictionRecord
+    from mlpipe.predlog import PredictionRecord
 
     return [
         PredictionRecord(
@@ -129,7 +129,7 @@ def test_warehouse_on_postgres_sync_is_idempotent_and_queryable(
     pg_url: str, tmp_path: Path
 ) -> None:
     from mlpipe import warehouse
-    from mlpipe.predlog.record import ENCODER
+    from mlpipe.predlog import ENCODER
 
     settings = Settings(home=tmp_path, warehouse_url=pg_url)
     segment = settings.predlog_path / "w1" / "seg-1.jsonl"

@@ -20,10 +20,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from mlpipe import features
+from mlpipe import demo, features
 from mlpipe.config import Settings
-from mlpipe.features import OnlineFeatures
-from mlpipe.features.store import open_store
+from mlpipe.features import OnlineFeatures, open_store
 from tests.integration.prod_services import redis_client, redis_connection_string
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
@@ -51,7 +50,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, o
         config_file.write_text(yaml.safe_dump(config))
         settings = Settings(home=home, feature_store_yaml=PROD_YAML)
         try:
-            features.generate(settings.feature_repo_path / "data", customers=30, days=4, end=NOW)
+            demo.generate(settings.feature_repo_path / "data", customers=30, days=4, end=NOW)
             features.apply(settings)
             features.materialize(settings, end=NOW + timedelta(minutes=5))
             yield settings, redis

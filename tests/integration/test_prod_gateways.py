@@ -22,7 +22,7 @@ import pytest
 
 from mlpipe import deployments, security
 from mlpipe.config import Settings, load_settings
-from mlpipe.serving.server import free_port
+from mlpipe.serving import free_port
 from tests.integration.prod_services import (
     REDIS_URL,
     postgres_database,
@@ -45,7 +45,7 @@ class Gateways:
 
 @pytest.fixture
 def gateways(registered_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateways]:
-    from mlpipe.serving.server import ScoringProcess
+    from mlpipe.serving import ScoringProcess
 
     with redis_client() as redis, postgres_database() as control:
         (registered_home / "mlpipe.toml").write_text(

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlpipe import deployments, monitoring, registry, traffic, warehouse
+from mlpipe import demo, deployments, monitoring, registry, warehouse
 from mlpipe.config import load_settings
-from mlpipe.serving.server import ScoringProcess, free_port
+from mlpipe.serving import ScoringProcess, free_port
 from tests.conftest import train_toy_model
 from tests.integration.prod_services import (
     REDIS_URL,
@@ -72,16 +72,16 @@ def test_whole_loop_on_postgres_redis_and_an_mlflow_server(
         canary = deployments.deploy(settings, "fraud", "2", canary=50)
         env = {"MLPIPE_SERVING__RELOAD_INTERVAL_S": "0.5"}
         with ScoringProcess(settings, port=free_port(), env=env) as scoring:
-            seen = traffic.send(scoring.url, _bodies(200, 1), concurrency=8)
+            seen = demo.send(scoring.url, _bodies(200, 1), concurrency=8)
             assert seen.ok == 200 and seen.generations == {canary.generation}, seen.errors
             assert seen.by_arm["canary"] > 40 and seen.by_arm["champion"] > 40
             promoted = deployments.promote(settings, "fraud")
-            traffic.wait_for_generation(scoring.url, _bodies(1, 9)[0], promoted.generation)
-            after_promote = traffic.send(scoring.url, _bodies(100, 2), concurrency=8)
+            demo.wait_for_generation(scoring.url, _bodies(1, 9)[0], promoted.generation)
+            after_promote = demo.send(scoring.url, _bodies(100, 2), concurrency=8)
             assert dict(after_promote.by_version) == {"2": 100}, after_promote.errors
             rolled = deployments.rollback(settings, "fraud")
-            traffic.wait_for_generation(scoring.url, _bodies(1, 9)[0], rolled.generation)
-            after_rollback = traffic.send(scoring.url, _bodies(100, 3), concurrency=8)
+            demo.wait_for_generation(scoring.url, _bodies(1, 9)[0], rolled.generation)
+            after_rollback = demo.send(scoring.url, _bodies(100, 3), concurrency=8)
             assert dict(after_rollback.by_version) == {"1": 100}, after_rollback.errors
         synced = warehouse.sync(settings)
         assert synced.rows_loaded >= 400

@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry
 
 from mlpipe import deployments, registry
 from mlpipe.config import Settings, load_settings
-from mlpipe.serving import GenerationLoader, generations
-from mlpipe.serving.metrics import serving_metrics
+from mlpipe.serving import GenerationLoader, serving_metrics
+from mlpipe.serving import _generations as generations
 from tests.conftest import train_toy_model
 
 pytestmark = pytest.mark.integration

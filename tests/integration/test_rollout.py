@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlpipe import deployments, monitoring, warehouse
-from mlpipe.predlog.record import ENCODER, PredictionRecord
+from mlpipe import deployments, warehouse
+from mlpipe.predlog import ENCODER, PredictionRecord
 
 pytestmark = pytest.mark.integration
 PER_ARM = 250  # above canary_min_requests (200) and canary_min_labels (100)
@@ -86,7 +86,7 @@ def _actions(settings) -> list[tuple[str, str | None, float, str | None]]:  # ty
 def test_a_bad_canary_is_rolled_back_by_itself(champion_v1) -> None:  # type: ignore[no-untyped-def]
     settings = champion_v1
     seen: list[tuple[float, str]] = []
-    result = monitoring.rollout(
+    result = deployments.rollout(
         settings,
         "fraud",
         [5, 25, 50, 100],
@@ -113,7 +113,7 @@ def test_a_bad_canary_is_rolled_back_by_itself(champion_v1) -> None:  # type: ig
 def test_a_good_canary_reaches_100_percent(champion_v1) -> None:  # type: ignore[no-untyped-def]
     settings = champion_v1
     traffic = Traffic(settings, canary_accuracy=0.95)
-    result = monitoring.rollout(
+    result = deployments.rollout(
         settings, "fraud", [5, 50, 100], interval="10m", version="2", sleep=traffic
     )
     assert result.outcome == "promoted" and result.exit_code == 0
@@ -137,7 +137,7 @@ def test_a_good_canary_reaches_100_percent(champion_v1) -> None:  # type: ignore
 def test_a_canary_without_enough_traffic_is_rolled_back_after_max_waits(champion_v1) -> None:  # type: ignore[no-untyped-def]
     settings = champion_v1
     waits: list[float] = []
-    result = monitoring.rollout(
+    result = deployments.rollout(
         settings, "fraud", [5, 100], interval="1m", version="2", max_waits=2, sleep=waits.append
     )
     assert result.outcome == "rolled_back" and waits == [60.0, 60.0]

@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mlpipe import features, monitoring, registry, warehouse
+from mlpipe import demo, features, monitoring, registry, warehouse
 from mlpipe.config import load_settings
-from mlpipe.predlog.record import ENCODER, PredictionRecord
+from mlpipe.predlog import ENCODER, PredictionRecord
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,7 @@ def feast_home(tmp_path_factory: pytest.TempPathFactory, registry_template: Path
         REPO, root / "feature_repo", ignore=shutil.ignore_patterns("data", "__pycache__")
     )
     settings = Settings(home=root)
-    features.generate(settings.feature_repo_path / "data", customers=30, days=3, end=DATA_END)
+    demo.generate(settings.feature_repo_path / "data", customers=30, days=3, end=DATA_END)
     features.apply(settings)
     features.materialize(settings, end=DATA_END + timedelta(minutes=5))
     inputs = [*features.describe_service(settings, "fraud_v2").features, "amount"]

@@ -15,8 +15,8 @@ from sqlalchemy.dialects import sqlite
 from mlpipe import warehouse
 from mlpipe.config import load_settings
 from mlpipe.errors import InvalidInput, NotFound, StoreUnavailable
-from mlpipe.predlog.record import ENCODER, PredictionRecord
-from mlpipe.warehouse import _schema, _sync
+from mlpipe.predlog import ENCODER, PredictionRecord
+from mlpipe.warehouse import _schema, _segments, _sync
 
 pytestmark = pytest.mark.integration
 
@@ -185,7 +185,7 @@ def test_a_second_process_waits_for_the_lock_and_says_so(settings, monkeypatch):
 
 def test_segments_read_in_chunks_load_every_row_once(settings, monkeypatch):
     # Several chunks: each is read on the reader thread while the one before is inserted.
-    monkeypatch.setattr(_sync, "_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(_segments, "CHUNK_BYTES", 4096)
     for k in range(4):
         _write(settings.predlog_path / f"seg-{k}.jsonl", _records(50, f"k{k}-"))
     bad = settings.predlog_path / "seg-4.jsonl"
@@ -256,7 +256,7 @@ def _no_row_checks(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("a clean chunk went through the row-checking path")
 
-    monkeypatch.setattr(_sync, "_read_chunk", refuse)
+    monkeypatch.setattr(_sync, "read_chunk", refuse)
 
 
 def test_clean_segments_load_in_one_statement_with_exact_counts(settings, monkeypatch):
@@ -345,15 +345,15 @@ def test_a_request_logged_twice_in_one_segment_loads_once(settings):
 
 @pytest.mark.parametrize("scan", [3, 7, 1 << 20])  # line starts on, before and after a boundary
 def test_record_lines_counts_line_starts_across_scan_chunks(tmp_path, monkeypatch, scan):
-    monkeypatch.setattr(_sync, "_SCAN_BYTES", scan)
+    monkeypatch.setattr(_segments, "_SCAN_BYTES", scan)
     path = tmp_path / "seg.jsonl"
     path.write_bytes(b'{"a":1}\n{"b":22}\n{"c":3}')  # the last line has no newline
-    assert _sync._record_lines(path) == 3
+    assert _segments.record_lines(path) == 3
     path.write_bytes(b'{"a":1}\n{"b":22}\n')
-    assert _sync._record_lines(path) == 2
+    assert _segments.record_lines(path) == 2
     path.write_bytes(b"")
-    assert _sync._record_lines(path) == 0
+    assert _segments.record_lines(path) == 0
     for bad in (b'{"a":1}\n\n{"b":2}\n', b' {"a":1}\n', b'{"a":1}\n[1]\n'):
         path.write_bytes(bad)
-        with pytest.raises(_sync._NotWhole, match="does not start a JSON object"):
-            _sync._record_lines(path)
+        with pytest.raises(_segments.NotWhole, match="does not start a JSON object"):
+            _segments.record_lines(path)

@@ -20,7 +20,7 @@ import pytest
 from mlpipe.config import load_settings
 from mlpipe.predlog import DECODER, SegmentWriter
 from mlpipe.serving import PredictRequest
-from tests.unit.test_serving_pipeline import ListSink, fake_runtime
+from tests.unit.serving.test_pipeline import ListSink, fake_runtime
 
 LIMIT = 16 * 1024
 

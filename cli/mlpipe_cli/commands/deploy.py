@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import typer
 
 from mlpipe_cli import console
 from mlpipe_cli.state import state
+
+if TYPE_CHECKING:
+    from mlpipe.config import Settings
+    from mlpipe.deployments import Deployment
 
 _REASON = typer.Option(None, "--reason", help="Why; recorded in the history.")
 _EXPECT = typer.Option(
@@ -14,13 +21,14 @@ _EXPECT = typer.Option(
 
 
 def register(app: typer.Typer) -> None:
-    for name, fn in [
+    commands: list[tuple[str, Callable[..., Any]]] = [
         ("deploy", deploy),
         ("promote", promote),
         ("rollback", rollback),
         ("status", status),
         ("history", history),
-    ]:
+    ]
+    for name, fn in commands:
         app.command(name)(fn)
 
 
@@ -100,7 +108,7 @@ def status(
         console.status(note)
 
 
-def _figures(settings, name: str, window: str) -> tuple[list, str | None]:  # type: ignore[no-untyped-def]
+def _figures(settings: Settings, name: str, window: str) -> tuple[list[Any], str | None]:
     from mlpipe import warehouse
     from mlpipe.errors import StoreUnavailable
     from mlpipe.windows import window_ending  # not mlpipe.monitoring: that imports Evidently
@@ -152,8 +160,8 @@ def _pct(version: str | None, pct: float) -> str | None:
     return f"{version} ({pct:g}%)" if version else None
 
 
-def render_deployment(record) -> None:  # type: ignore[no-untyped-def]
-    rows = [
+def render_deployment(record: Deployment) -> None:
+    rows: list[list[Any]] = [
         ["generation", record.generation],
         ["champion", record.champion],
         ["canary", _pct(record.canary, record.canary_weight)],

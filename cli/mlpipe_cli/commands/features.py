@@ -30,10 +30,10 @@ def generate(
     ),
 ) -> None:
     """Write a synthetic labelled transaction stream into the repo's data/ directory."""
-    from mlpipe import features
+    from mlpipe.demo import generate as generate_transactions
 
     settings = state.settings()
-    data = features.generate(
+    data = generate_transactions(
         settings.feature_repo_path / "data",
         customers=customers,
         days=days,

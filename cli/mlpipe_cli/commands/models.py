@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from mlpipe_cli import console
 from mlpipe_cli.state import state
+
+if TYPE_CHECKING:
+    from mlpipe.registry import VersionInfo
 
 models_app = typer.Typer(help="Read the model registry.", no_args_is_help=True)
 
@@ -52,9 +56,7 @@ def register_version(
     from mlpipe import registry
 
     if quantize is not None:
-        from mlpipe import quantize as quantization
-
-        info = quantization.register_quantized(
+        info = registry.register_quantized(
             state.settings(), name, recipe=quantize, dataset=dataset, parent=parent, label=label
         )
         _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
@@ -103,13 +105,16 @@ def show(
     _render_version(registry.show(state.settings(), ref), json_out, title=ref)
 
 
-def _render_version(info, json_out: bool, title: str) -> None:  # type: ignore[no-untyped-def]
+def _render_version(info: VersionInfo, json_out: bool, title: str) -> None:
     from dataclasses import asdict
 
     if json_out:
         console.print_json(asdict(info))
         return
-    rows = [["version", info.version], ["aliases", " ".join("@" + a for a in info.aliases)]]
+    rows: list[list[Any]] = [
+        ["version", info.version],
+        ["aliases", " ".join("@" + a for a in info.aliases)],
+    ]
     rows += [["run", info.run_id], ["source", info.source]]
     rows += [[k, v] for k, v in sorted(info.tags.items())]
     console.show(console.table(title, ["field", "value"], rows))

@@ -63,10 +63,12 @@ def drift(
     alert_webhook: str | None = _WEBHOOK,
 ) -> None:
     """Evidently drift report: exit 0 no drift, 1 drift, 2 error."""
-    from mlpipe import monitoring
+    from mlpipe import deployments, monitoring
 
+    settings = state.settings()
+    feed = deployments.history_feed(settings)
     result = monitoring.drift(
-        state.settings(), name, window, arm=arm, reference=reference, notify=console.status
+        settings, name, window, arm=arm, reference=reference, notify=console.status, history=feed
     )
     data = result.to_dict()
     if as_json:
@@ -122,9 +124,13 @@ def skew(
     alert_webhook: str | None = _WEBHOOK,
 ) -> None:
     """Train/serve skew (served vs Feast point-in-time features): exit 0 ok, 1 skew, 2 error."""
-    from mlpipe import monitoring
+    from mlpipe import deployments, monitoring
 
-    result = monitoring.skew(state.settings(), name, window, sample=sample, notify=console.status)
+    settings = state.settings()
+    feed = deployments.history_feed(settings)
+    result = monitoring.skew(
+        settings, name, window, sample=sample, notify=console.status, history=feed
+    )
     data = result.to_dict()
     if as_json:
         console.print_json(data)
@@ -173,9 +179,11 @@ def analyze(
     alert_webhook: str | None = _WEBHOOK,
 ) -> None:
     """Canary vs champion: exit 0 pass, 1 fail or insufficient data, 2 error."""
-    from mlpipe import monitoring
+    from mlpipe import deployments, monitoring
 
-    result = monitoring.analyze(state.settings(), name, window, notify=console.status)
+    settings = state.settings()
+    feed = deployments.history_feed(settings)
+    result = monitoring.analyze(settings, name, window, notify=console.status, history=feed)
     data = result.to_dict()
     if as_json:
         console.print_json(data)
@@ -218,16 +226,16 @@ def rollout(
     alert_webhook: str | None = _WEBHOOK,
 ) -> None:
     """Progressive delivery: promote at 100 %, roll back by itself (exit 1) on a failed step."""
-    from mlpipe import monitoring
+    from mlpipe import deployments
 
-    def on_step(step: monitoring.RolloutStep, _analysis: object) -> None:
+    def on_step(step: deployments.RolloutStep, _analysis: object) -> None:
         if not as_json:
             console.status(f"step {step.weight:g}%: {step.verdict} {step.detail}")
 
-    result = monitoring.rollout(
+    result = deployments.rollout(
         state.settings(),
         name,
-        monitoring.parse_steps(steps),
+        deployments.parse_steps(steps),
         interval,
         version=version,
         max_waits=max_waits,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from mlpipe_cli import console
 from mlpipe_cli.state import state
+
+if TYPE_CHECKING:
+    from mlpipe.demo import DemoEvent
 
 
 def register(app: typer.Typer) -> None:
@@ -66,7 +71,7 @@ def demo(
     )
 
 
-def _narrate(event) -> None:  # type: ignore[no-untyped-def]
+def _narrate(event: DemoEvent) -> None:
     from mlpipe_cli.commands.deploy import render_deployment
 
     console.status(f"[bold]▶ {event.title}[/bold] {event.detail}")

@@ -18,7 +18,7 @@ def serve(
     host: str | None = typer.Option(None, "--host", help="Bind address (default: serving.host)."),
 ) -> None:
     """Serve /predict for every deployed model until interrupted."""
-    from mlpipe.serving.server import exec_server, server_command
+    from mlpipe.serving import exec_server, server_command
 
     settings = state.settings()
     argv, env = server_command(settings, host=host, port=port, workers=workers)

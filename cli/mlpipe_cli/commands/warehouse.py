@@ -29,9 +29,11 @@ def sync(as_json: bool = _JSON) -> None:
     """Load prediction-log segments into the warehouse (idempotent; torn lines are skipped)."""
     from dataclasses import asdict
 
-    from mlpipe import warehouse
+    from mlpipe import deployments, warehouse
 
-    result = warehouse.sync(state.settings(), notify=console.status)
+    settings = state.settings()
+    feed = deployments.history_feed(settings)
+    result = warehouse.sync(settings, notify=console.status, history=feed)
     if as_json:
         console.print_json({**asdict(result), "duplicates": result.duplicates})
         return

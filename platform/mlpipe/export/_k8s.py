@@ -115,7 +115,7 @@ def write_k8s(
 
     ``kubectl apply -f OUT`` applies them in order. Returns the paths written.
     """
-    import yaml  # type: ignore[import-untyped]
+    import yaml
 
     objects = k8s_manifests(settings, model, options)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,6 +230,34 @@ class _Tier:
 
     def deployment(self, predlog: bool) -> Manifest:
         o = self.options
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": _meta(self.name, self.app, self.component, o),
+            "spec": {
+                "replicas": o.min_replicas,
+                "selector": {"matchLabels": _labels(self.app, self.component)},
+                "strategy": {
+                    "type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+                },
+                "template": {
+                    "metadata": {
+                        "labels": _labels(self.app, self.component),
+                        "annotations": {
+                            "prometheus.io/scrape": "true",
+                            "prometheus.io/path": "/metrics",
+                            "prometheus.io/port": str(o.port),
+                        },
+                    },
+                    "spec": self.pod(predlog),
+                },
+            },
+        }
+
+    def pod(self, predlog: bool) -> dict[str, Any]:
+        """The pod spec: one container with its probes, and the prediction log's volume."""
+        o = self.options
         probe = {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5}
         image = o.runner_image if self.component == "runner" and o.runner_image else o.image
         container: dict[str, Any] = {
@@ -269,30 +297,7 @@ class _Tier:
             pod["volumes"] = [
                 {"name": "predlog", "persistentVolumeClaim": {"claimName": f"{self.app}-predlog"}}
             ]
-        return {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _meta(self.name, self.app, self.component, o),
-            "spec": {
-                "replicas": o.min_replicas,
-                "selector": {"matchLabels": _labels(self.app, self.component)},
-                "strategy": {
-                    "type": "RollingUpdate",
-                    "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
-                },
-                "template": {
-                    "metadata": {
-                        "labels": _labels(self.app, self.component),
-                        "annotations": {
-                            "prometheus.io/scrape": "true",
-                            "prometheus.io/path": "/metrics",
-                            "prometheus.io/port": str(o.port),
-                        },
-                    },
-                    "spec": pod,
-                },
-            },
-        }
+        return pod
 
     def service(self) -> Manifest:
         return {

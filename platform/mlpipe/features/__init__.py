@@ -1,4 +1,4 @@
-"""Features: the Feast repository, synthetic data, training sets and online reads.
+"""Features: the Feast repository, training sets and online reads.
 
 Training sets and online reads use the same Feast FeatureService, and the same
 per-feature defaults (each Field's ``default`` tag), so a model sees in serving
@@ -6,9 +6,10 @@ what it saw in training. Feast and pandas are imported inside the functions
 that use them, so importing this package is cheap.
 """
 
-from mlpipe.features.datagen import GeneratedData, generate
-from mlpipe.features.online import FeatureRow, OnlineFeatures, OnlineStats
-from mlpipe.features.store import (
+from mlpipe.features._breaker import BreakerState, CircuitBreaker, store_breaker
+from mlpipe.features._datasets import read_entities, write_dataset
+from mlpipe.features._online import FeatureRow, OnlineFeatures, OnlineStats
+from mlpipe.features._store import (
     AppliedRepo,
     FeatureServiceSpec,
     Materialized,
@@ -16,25 +17,28 @@ from mlpipe.features.store import (
     describe_service,
     list_services,
     materialize,
-    read_entities,
+    open_store,
     training_set,
-    write_dataset,
 )
+from mlpipe.features._unchecked import skip_feast_type_checks
 
 __all__ = [
     "AppliedRepo",
+    "BreakerState",
+    "CircuitBreaker",
     "FeatureRow",
     "FeatureServiceSpec",
-    "GeneratedData",
     "Materialized",
     "OnlineFeatures",
     "OnlineStats",
     "apply",
     "describe_service",
-    "generate",
     "list_services",
     "materialize",
+    "open_store",
     "read_entities",
+    "skip_feast_type_checks",
+    "store_breaker",
     "training_set",
     "write_dataset",
 ]

@@ -1,41 +1,46 @@
-"""Monitoring: drift, canary analysis, rollout and train/serve skew over the warehouse.
+"""Monitoring: drift, canary analysis and train/serve skew over the warehouse.
 
 Evidently computes the drift statistics and renders the reports; this package
 chooses the windows and references, screens awkward columns, turns results into
-verdicts with exit codes, and indexes every report in the warehouse.
+verdicts with exit codes, and indexes every report in the warehouse. Rolling a
+canary out on these verdicts is a deployment operation (:func:`mlpipe.deployments.rollout`).
 """
 
 from mlpipe.monitoring._alert import AlertResult, post_verdict, verdict_payload
-from mlpipe.monitoring._canary import CanaryAnalysis, CanaryCheck, analyze, latest_canary_verdict
-from mlpipe.monitoring._drift import ArmDrift, ColumnDrift, DriftVerdict, drift
-from mlpipe.monitoring._rollout import RolloutResult, RolloutStep, parse_steps, rollout
+from mlpipe.monitoring._canary import (
+    CanaryAnalysis,
+    CanaryCheck,
+    CanaryOutcome,
+    analyze,
+    latest_canary_verdict,
+)
+from mlpipe.monitoring._drift import ArmDrift, ColumnDrift, DriftOutcome, DriftVerdict, drift
 from mlpipe.monitoring._screen import SkippedColumn
-from mlpipe.monitoring._skew import FeatureSkew, SkewExample, SkewVerdict, skew
+from mlpipe.monitoring._skew import FeatureSkew, SkewExample, SkewOutcome, SkewVerdict, skew
 from mlpipe.windows import Window, parse_duration, parse_reference, window_ending
 
 __all__ = [
     "AlertResult",
+    "ArmDrift",
     "CanaryAnalysis",
     "CanaryCheck",
-    "analyze",
-    "latest_canary_verdict",
-    "RolloutResult",
-    "RolloutStep",
-    "parse_steps",
-    "rollout",
-    "post_verdict",
-    "verdict_payload",
-    "ArmDrift",
+    "CanaryOutcome",
     "ColumnDrift",
+    "DriftOutcome",
     "DriftVerdict",
-    "SkippedColumn",
     "FeatureSkew",
     "SkewExample",
+    "SkewOutcome",
     "SkewVerdict",
-    "skew",
+    "SkippedColumn",
     "Window",
+    "analyze",
     "drift",
+    "latest_canary_verdict",
     "parse_duration",
     "parse_reference",
+    "post_verdict",
+    "skew",
+    "verdict_payload",
     "window_ending",
 ]

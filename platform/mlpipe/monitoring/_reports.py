@@ -1,83 +1,138 @@
-"""What the monitoring checks share: logged rows to read, and where a result is kept.
+"""The frame every monitor verb shares: read the logged window, then publish the verdict.
 
 Every check (drift, canary, skew) reads the warehouse's logged predictions of
-one model, so it syncs first (unless told not to) and refuses a model with no
-logged rows; and every result is a folder under ``reports_path`` plus one row
-per verdict in the warehouse's ``reports`` index, which ``promote`` and
-``monitor reports`` read.
+one model over a window, so it syncs first (unless told not to) and refuses a
+model with no logged rows (:func:`read_logged`); and every result is a folder
+under ``reports_path`` holding a JSON document, plus one row per verdict in the
+warehouse's ``reports`` index, which ``promote`` and ``monitor reports`` read
+(:func:`publish`).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 from mlpipe import warehouse
+from mlpipe.config import Settings
 from mlpipe.errors import NotFound
+from mlpipe.windows import Window, utcnow
 
-if TYPE_CHECKING:
-    from mlpipe.config import Settings
-    from mlpipe.windows import Window
+Kind = Literal["drift", "canary", "skew"]
+
+# The document each kind writes. Drift's index rows point at the folder, which
+# also holds an Evidently report per arm; the others' point at the document.
+_DOCUMENT: dict[Kind, str] = {"drift": "summary.json", "canary": "canary.json", "skew": "skew.json"}
 
 
-def require_logged(
-    settings: Settings, model: str, sync_first: bool, notify: warehouse.Notify | None
-) -> None:
-    """Sync the prediction log in (if ``sync_first``); NotFound if ``model`` has no rows."""
+def read_logged(
+    settings: Settings,
+    model: str,
+    window: Window,
+    *,
+    sync_first: bool,
+    history: warehouse.HistorySource | None,
+    notify: warehouse.Notify | None,
+    arm: str | None = None,
+    sample_rows: int | None = None,
+    with_entities: bool = False,
+) -> warehouse.PredictionWindow:
+    """The model's logged predictions in ``window``, synced in first when ``sync_first``.
+
+    ``history`` is what the sync mirrors into the warehouse's ``deployments``
+    table (see :func:`mlpipe.warehouse.sync`). Raises :class:`NotFound` when the
+    warehouse holds no row of ``model``.
+    """
     if sync_first:
-        warehouse.sync(settings, notify)
+        warehouse.sync(settings, notify, history=history)
     known = warehouse.models_in_warehouse(settings, notify)
     if model not in known:
         raise NotFound(
             f"model {model!r} has no logged predictions "
             f"(the warehouse has: {', '.join(known) or 'none'})"
         )
+    return warehouse.prediction_window(
+        settings,
+        model,
+        window.start,
+        window.end,
+        arm=arm,
+        sample_rows=sample_rows,
+        notify=notify,
+        with_entities=with_entities,
+    )
 
 
-def report_dir(settings: Settings, model: str, now: datetime) -> Path:
-    """A new folder ``reports_path/<model>/<UTC time>[-n]`` for one check's files."""
+@dataclass(frozen=True)
+class Report:
+    """Where one check's result goes: a new folder ``reports_path/<model>/<UTC time>[-n]``."""
+
+    kind: Kind
+    model: str
+    folder: Path
+    created_at: datetime
+
+    @property
+    def document(self) -> Path:
+        """The JSON document of the result."""
+        return self.folder / _DOCUMENT[self.kind]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One row of the ``reports`` index: a verdict, what it is about, and a short summary."""
+
+    verdict: str
+    summary: dict[str, Any]
+    arm: str | None = None
+    version: str | None = None
+
+
+def new_report(settings: Settings, kind: Kind, model: str) -> Report:
+    """Create the folder of a new ``kind`` report on ``model``, named after the time now."""
+    now = utcnow()
     base = settings.reports_path / model / now.strftime("%Y%m%dT%H%M%SZ")
     path, n = base, 1
     while path.exists():
         n += 1
         path = base.with_name(f"{base.name}-{n}")
     path.mkdir(parents=True)
-    return path
+    return Report(kind, model, path, now)
 
 
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    path.write_text(json.dumps(data, indent=2, default=str))
-
-
-def entry(
-    kind: str,
-    model: str,
+def publish(
+    settings: Settings,
+    report: Report,
     window: Window,
-    created_at: datetime,
-    verdict: str,
-    path: Path,
-    summary: dict[str, Any],
-    *,
-    arm: str | None = None,
-    version: str | None = None,
-) -> warehouse.ReportEntry:
-    """One row of the ``reports`` index."""
-    return warehouse.ReportEntry(
-        id=uuid.uuid4().hex,
-        kind=kind,
-        model=model,
-        arm=arm,
-        version=version,
-        window_start=window.start,
-        window_end=window.end,
-        created_at=created_at,
-        verdict=verdict,
-        path=str(path),
-        summary=summary,
-    )
+    payload: dict[str, Any],
+    findings: Sequence[Finding],
+    notify: warehouse.Notify | None,
+) -> None:
+    """Write ``payload`` as the report's document and index each finding, in one transaction."""
+    report.document.write_text(json.dumps(payload, indent=2, default=str))
+    path = report.folder if report.kind == "drift" else report.document
+    entries = [
+        warehouse.ReportEntry(
+            id=uuid.uuid4().hex,
+            kind=report.kind,
+            model=report.model,
+            arm=finding.arm,
+            version=finding.version,
+            window_start=window.start,
+            window_end=window.end,
+            created_at=report.created_at,
+            verdict=finding.verdict,
+            path=str(path),
+            summary=finding.summary,
+        )
+        for finding in findings
+    ]
+    warehouse.record_reports(settings, entries, notify)
 
 
-__all__ = ["entry", "report_dir", "require_logged", "write_json"]
+__all__ = ["Finding", "Kind", "Report", "new_report", "publish", "read_logged"]

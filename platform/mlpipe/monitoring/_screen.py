@@ -53,75 +53,96 @@ def screen(
     reference: pd.DataFrame, current: pd.DataFrame, columns: list[str], min_values: int
 ) -> Screened:
     """Decide, per column, numerical / categorical / skipped (with the reason)."""
-    import numpy as np
     import pandas as pd
 
     ref_out: dict[str, pd.Series] = {}
     cur_out: dict[str, pd.Series] = {}
     result = Screened(pd.DataFrame(), pd.DataFrame())
     for col in columns:
-        if col not in reference.columns:
-            result.skipped.append(SkippedColumn(col, "not in the reference"))
+        outcome = _screen_column(col, reference, current, min_values, result.notes)
+        if isinstance(outcome, str):
+            result.skipped.append(SkippedColumn(col, outcome))
             continue
-        if col not in current.columns:
-            result.skipped.append(SkippedColumn(col, "not in the logged requests"))
-            continue
-        ref, cur = reference[col], current[col]
-        kinds = (_kind(ref), _kind(cur))
-        if kinds[0] != kinds[1] and ref.notna().any() and cur.notna().any():
-            fixed_ref = _as_numbers(ref) if kinds[0] == "categorical" else ref
-            fixed_cur = _as_numbers(cur) if kinds[1] == "categorical" else cur
-            if fixed_ref is None or fixed_cur is None:
-                result.skipped.append(
-                    SkippedColumn(
-                        col,
-                        f"type differs: {kinds[0]} ({ref.dtype}) in the reference, "
-                        f"{kinds[1]} ({cur.dtype}) in the logged requests",
-                    )
-                )
-                continue
-            result.notes.append(f"{col}: text values read as numbers to match the other side")
-            ref, cur = fixed_ref, fixed_cur
-        kind = "numerical" if (_kind(ref) == "numerical" or ref.isna().all()) else "categorical"
-        if kind == "numerical" and not pd.api.types.is_numeric_dtype(cur):
-            converted = _as_numbers(cur)
-            kind = "numerical" if converted is not None else "categorical"
-            cur = converted if converted is not None else cur
-        if kind == "numerical":
-            ref = pd.to_numeric(ref, errors="coerce").astype(float)
-            cur = pd.to_numeric(cur, errors="coerce").astype(float)
-            infinite = int(np.isinf(ref).sum() + np.isinf(cur).sum())
-            if infinite:
-                result.notes.append(f"{col}: {infinite} ±inf value(s) treated as missing")
-                ref = ref.replace([np.inf, -np.inf], np.nan)
-                cur = cur.replace([np.inf, -np.inf], np.nan)
-        else:
-            ref = ref.where(ref.isna(), ref.astype(str))
-            cur = cur.where(cur.isna(), cur.astype(str))
-        n_ref, n_cur = int(ref.notna().sum()), int(cur.notna().sum())
-        if n_ref == 0:
-            result.skipped.append(
-                SkippedColumn(col, "no values in the reference (empty or all NaN)")
-            )
-            continue
-        if n_cur == 0:
-            result.skipped.append(SkippedColumn(col, "no values in the window (empty or all NaN)"))
-            continue
-        if n_cur < min_values:
-            result.skipped.append(
-                SkippedColumn(col, f"only {n_cur} value(s) in the window (< {min_values})")
-            )
-            continue
-        together = pd.concat([ref.dropna(), cur.dropna()])
-        if together.nunique() == 1:
-            result.skipped.append(
-                SkippedColumn(
-                    col, f"one value ({together.iloc[0]!r}) on both sides: nothing to test"
-                )
-            )
-            continue
+        kind, ref, cur = outcome
         ref_out[col], cur_out[col] = ref.reset_index(drop=True), cur.reset_index(drop=True)
         (result.numerical if kind == "numerical" else result.categorical).append(col)
     result.reference = pd.DataFrame(ref_out, index=range(len(reference)))
     result.current = pd.DataFrame(cur_out, index=range(len(current)))
     return result
+
+
+def _screen_column(
+    col: str, reference: pd.DataFrame, current: pd.DataFrame, min_values: int, notes: list[str]
+) -> str | tuple[str, pd.Series, pd.Series]:
+    """The column's kind and both sides ready to test, or why it cannot be tested."""
+    if col not in reference.columns:
+        return "not in the reference"
+    if col not in current.columns:
+        return "not in the logged requests"
+    pair = _same_type(col, reference[col], current[col], notes)
+    if isinstance(pair, str):
+        return pair
+    kind, ref, cur = _normalised(col, *pair, notes)
+    why = _untestable(ref, cur, min_values)
+    return why if why is not None else (kind, ref, cur)
+
+
+def _same_type(
+    col: str, ref: pd.Series, cur: pd.Series, notes: list[str]
+) -> str | tuple[pd.Series, pd.Series]:
+    """Both sides of one type: text read as numbers where the other side is numbers."""
+    kinds = (_kind(ref), _kind(cur))
+    if kinds[0] == kinds[1] or not (ref.notna().any() and cur.notna().any()):
+        return ref, cur
+    fixed_ref = _as_numbers(ref) if kinds[0] == "categorical" else ref
+    fixed_cur = _as_numbers(cur) if kinds[1] == "categorical" else cur
+    if fixed_ref is None or fixed_cur is None:
+        return (
+            f"type differs: {kinds[0]} ({ref.dtype}) in the reference, "
+            f"{kinds[1]} ({cur.dtype}) in the logged requests"
+        )
+    notes.append(f"{col}: text values read as numbers to match the other side")
+    return fixed_ref, fixed_cur
+
+
+def _normalised(
+    col: str, ref: pd.Series, cur: pd.Series, notes: list[str]
+) -> tuple[str, pd.Series, pd.Series]:
+    """Numbers as floats with ±inf as missing, or categories as text; and which it is."""
+    import numpy as np
+    import pandas as pd
+
+    kind = "numerical" if (_kind(ref) == "numerical" or ref.isna().all()) else "categorical"
+    if kind == "numerical" and not pd.api.types.is_numeric_dtype(cur):
+        converted = _as_numbers(cur)
+        kind = "numerical" if converted is not None else "categorical"
+        cur = converted if converted is not None else cur
+    if kind == "numerical":
+        ref = pd.to_numeric(ref, errors="coerce").astype(float)
+        cur = pd.to_numeric(cur, errors="coerce").astype(float)
+        infinite = int(np.isinf(ref).sum() + np.isinf(cur).sum())
+        if infinite:
+            notes.append(f"{col}: {infinite} ±inf value(s) treated as missing")
+            ref = ref.replace([np.inf, -np.inf], np.nan)
+            cur = cur.replace([np.inf, -np.inf], np.nan)
+    else:
+        ref = ref.where(ref.isna(), ref.astype(str))
+        cur = cur.where(cur.isna(), cur.astype(str))
+    return kind, ref, cur
+
+
+def _untestable(ref: pd.Series, cur: pd.Series, min_values: int) -> str | None:
+    """Why a drift test of the two sides would say nothing, or None."""
+    import pandas as pd
+
+    n_ref, n_cur = int(ref.notna().sum()), int(cur.notna().sum())
+    if n_ref == 0:
+        return "no values in the reference (empty or all NaN)"
+    if n_cur == 0:
+        return "no values in the window (empty or all NaN)"
+    if n_cur < min_values:
+        return f"only {n_cur} value(s) in the window (< {min_values})"
+    together = pd.concat([ref.dropna(), cur.dropna()])
+    if together.nunique() == 1:
+        return f"one value ({together.iloc[0]!r}) on both sides: nothing to test"
+    return None

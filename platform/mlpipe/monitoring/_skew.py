@@ -15,19 +15,19 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from mlpipe import warehouse
-from mlpipe.monitoring._reports import entry, report_dir, require_logged, write_json
+from mlpipe import features, registry, warehouse
+from mlpipe.config import Settings
+from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
 from mlpipe.monitoring._screen import SkippedColumn
-from mlpipe.windows import utcnow, window_ending
+from mlpipe.windows import Window, window_ending
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from mlpipe.config import Settings
-
-EXIT_CODES = {"ok": 0, "no_data": 0, "skew": 1}
+SkewOutcome = Literal["ok", "skew", "no_data"]  # no_data: no row could be compared
+EXIT_CODES: dict[SkewOutcome, int] = {"ok": 0, "no_data": 0, "skew": 1}
 # Below this a difference is float noise, whatever the relative tolerance says.
 SKEW_ABS_TOLERANCE = 1e-9
 _EXAMPLES = 5
@@ -64,7 +64,7 @@ class SkewVerdict:
     model: str
     window_start: datetime
     window_end: datetime
-    verdict: str  # "ok" | "skew" | "no_data"
+    verdict: SkewOutcome
     rows_in_window: int
     rows_compared: int
     sampled: bool
@@ -92,8 +92,6 @@ class SkewVerdict:
 
 
 def _feature_service(settings: Settings, model: str, version: str) -> str | None:
-    from mlpipe import registry
-
     return registry.show(settings, f"{model}/{version}").tags.get(_FEATURE_SERVICE_TAG)
 
 
@@ -153,6 +151,107 @@ def _compare(
     )
 
 
+@dataclass
+class _Tally:
+    """Per-feature comparisons pooled over versions, and why the other features were left out."""
+
+    max_rate: float
+    features: dict[str, FeatureSkew] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def add(self, part: FeatureSkew) -> None:
+        previous = self.features.get(part.feature)
+        # The same feature under another version: pool the counts.
+        self.features[part.feature] = (
+            part if previous is None else _pool(previous, part, self.max_rate)
+        )
+
+    def skip(self, feature: str, why: str) -> None:
+        self.skipped.setdefault(feature, why)
+
+
+def _offline_keys(join_keys: list[str], rows: pd.DataFrame, entities: pd.DataFrame) -> pd.DataFrame:
+    """The entity frame of a point-in-time join: join keys, and each request's time."""
+    import pandas as pd
+
+    frame = pd.DataFrame({k: _join_key_column(entities[k]).to_numpy() for k in join_keys})
+    frame["event_timestamp"] = pd.to_datetime(rows["ts"].to_numpy(), utc=True)
+    return frame
+
+
+def _examples_meta(rows: pd.DataFrame, entities: pd.DataFrame) -> pd.DataFrame:
+    """What names a mismatching row: request id, entity key, request time."""
+    import pandas as pd
+
+    meta = pd.DataFrame(
+        {
+            "request_id": rows["request_id"].to_numpy(),
+            "entity_key": entities["entity_key"].to_numpy(),
+            "ts": rows["ts"].to_numpy(),
+        }
+    )
+    meta["ts"] = pd.to_datetime(meta["ts"])
+    return meta
+
+
+def _compare_version(
+    settings: Settings,
+    model: str,
+    version: str,
+    logged: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+    result: SkewVerdict,
+    tally: _Tally,
+) -> None:
+    """Compare one version's logged (rows, served features, entities) with its FeatureService."""
+    rows, served, entities = logged
+    service = _feature_service(settings, model, version)
+    if not service:
+        result.notes.append(
+            f"v{version} was registered without a feature service: "
+            f"{len(rows)} row(s) have nothing to compare offline"
+        )
+        return
+    spec = features.describe_service(settings, service)
+    absent = [k for k in spec.join_keys if k not in entities]
+    if absent:
+        result.notes.append(
+            f"v{version}: logged entities lack the join key(s) {', '.join(absent)} "
+            f"of {service}: {len(rows)} row(s) not compared"
+        )
+        return
+    keyed = entities[spec.join_keys].notna().all(axis=1).to_numpy()
+    if not keyed.all():
+        result.notes.append(f"v{version}: {int((~keyed).sum())} row(s) without join keys")
+    rows, served, entities = rows[keyed], served[keyed], entities[keyed]
+    if not len(rows):
+        return
+    offline = features.training_set(
+        settings, service, _offline_keys(spec.join_keys, rows, entities)
+    )
+    meta = _examples_meta(rows, entities)
+    for name in served.columns:
+        if name not in spec.features:
+            tally.skip(
+                name, f"not in feature service {service} (request-time input): no offline value"
+            )
+    for name in spec.features:
+        if name not in served:
+            tally.skip(name, f"defined by {service} but not logged by serving")
+            continue
+        tally.add(
+            _compare(
+                service,
+                name,
+                served[name].reset_index(drop=True),
+                offline[name],
+                meta,
+                result.rel_tolerance,
+                result.max_mismatch_rate,
+            )
+        )
+    result.rows_compared += len(rows)
+
+
 def skew(
     settings: Settings,
     model: str,
@@ -161,6 +260,7 @@ def skew(
     end: datetime | None = None,
     sync_first: bool = True,
     notify: warehouse.Notify | None = None,
+    history: warehouse.HistorySource | None = None,
 ) -> SkewVerdict:
     """Compare served features with their offline point-in-time values over the window.
 
@@ -168,26 +268,24 @@ def skew(
     the window ending at ``end`` (default now, naive UTC), joins each version's
     FeatureService offline as of each row's timestamp, and reports the mismatch
     rate per feature. Writes ``skew.json`` under the reports directory and a row
-    (kind ``skew``) in the ``reports`` index. Raises :class:`InvalidInput` for a
-    bad window, :class:`NotFound` for a model without logged predictions, and
-    what :func:`mlpipe.features.training_set` raises when the offline store fails.
+    (kind ``skew``) in the ``reports`` index; ``history`` is what the sync first
+    mirrors into the warehouse (see :func:`mlpipe.warehouse.sync`). Raises
+    :class:`InvalidInput` for a bad window, :class:`NotFound` for a model
+    without logged predictions, and what :func:`mlpipe.features.training_set`
+    raises when the offline store fails.
     """
-    import pandas as pd
-
-    from mlpipe import features as feast_features
-
     current = window_ending(window, end)
     sample_rows = sample or settings.monitor.skew_sample_rows
     rel_tol = settings.monitor.skew_rel_tolerance
     max_rate = settings.monitor.skew_max_mismatch_rate
-    require_logged(settings, model, sync_first, notify)
-    win = warehouse.prediction_window(
+    win = read_logged(
         settings,
         model,
-        current.start,
-        current.end,
-        sample_rows=sample_rows,
+        current,
+        sync_first=sync_first,
+        history=history,
         notify=notify,
+        sample_rows=sample_rows,
         with_entities=True,
     )
     result = SkewVerdict(
@@ -198,91 +296,34 @@ def skew(
     ok = (win.rows["status"] == "ok").to_numpy()
     if (~ok).any():
         result.notes.append(f"{int((~ok).sum())} error row(s) left out: no features were served")
-    rows = win.rows[ok]
-    served = win.features[ok]
     assert win.entities is not None
-    entities = win.entities[ok]
-    by_feature: dict[str, FeatureSkew] = {}
-    skipped: dict[str, str] = {}
+    rows, served, entities = win.rows[ok], win.features[ok], win.entities[ok]
+    tally = _Tally(max_rate)
     for version in sorted(set(rows["version"]), key=str):
         mask = (rows["version"] == version).to_numpy()
-        v_rows, v_served, v_entities = rows[mask], served[mask], entities[mask]
-        service = _feature_service(settings, model, str(version))
-        if not service:
-            result.notes.append(
-                f"v{version} was registered without a feature service: "
-                f"{int(mask.sum())} row(s) have nothing to compare offline"
-            )
-            continue
-        spec = feast_features.describe_service(settings, service)
-        absent = [k for k in spec.join_keys if k not in v_entities]
-        if absent:
-            result.notes.append(
-                f"v{version}: logged entities lack the join key(s) {', '.join(absent)} "
-                f"of {service}: {int(mask.sum())} row(s) not compared"
-            )
-            continue
-        keyed = v_entities[spec.join_keys].notna().all(axis=1).to_numpy()
-        if not keyed.all():
-            result.notes.append(f"v{version}: {int((~keyed).sum())} row(s) without join keys")
-        v_rows, v_served, v_entities = v_rows[keyed], v_served[keyed], v_entities[keyed]
-        if not len(v_rows):
-            continue
-        frame = pd.DataFrame(
-            {k: _join_key_column(v_entities[k]).to_numpy() for k in spec.join_keys}
-        )
-        frame["event_timestamp"] = pd.to_datetime(v_rows["ts"].to_numpy(), utc=True)
-        offline = feast_features.training_set(settings, service, frame)
-        meta = pd.DataFrame(
-            {
-                "request_id": v_rows["request_id"].to_numpy(),
-                "entity_key": v_entities["entity_key"].to_numpy(),
-                "ts": v_rows["ts"].to_numpy(),
-            }
-        )
-        meta["ts"] = pd.to_datetime(meta["ts"])
-        for name in v_served.columns:
-            if name not in spec.features:
-                skipped.setdefault(
-                    name, f"not in feature service {service} (request-time input): no offline value"
-                )
-        for name in spec.features:
-            if name not in v_served:
-                skipped.setdefault(name, f"defined by {service} but not logged by serving")
-                continue
-            part = _compare(
-                service,
-                name,
-                v_served[name].reset_index(drop=True),
-                offline[name],
-                meta,
-                rel_tol,
-                max_rate,
-            )
-            previous = by_feature.get(name)
-            if previous is not None:  # the same feature under another version: pool the counts
-                part = _pool(previous, part, max_rate)
-            by_feature[name] = part
-        result.rows_compared += len(v_rows)
-    result.features = [by_feature[k] for k in sorted(by_feature)]
+        logged = (rows[mask], served[mask], entities[mask])
+        _compare_version(settings, model, str(version), logged, result, tally)
+    result.features = [tally.features[k] for k in sorted(tally.features)]
     result.skipped = [
-        SkippedColumn(k, why) for k, why in sorted(skipped.items()) if k not in by_feature
+        SkippedColumn(k, why) for k, why in sorted(tally.skipped.items()) if k not in tally.features
     ]
     if result.rows_compared:
         result.verdict = "skew" if result.skewed_features else "ok"
-    now = utcnow()
-    path = report_dir(settings, model, now) / "skew.json"
-    write_json(path, result.to_dict())
-    result.report_path = str(path)
+    _publish(settings, result, current, notify)
+    return result
+
+
+def _publish(
+    settings: Settings, result: SkewVerdict, window: Window, notify: warehouse.Notify | None
+) -> None:
+    report = new_report(settings, "skew", result.model)
+    result.report_path = str(report.document)
     summary = {
         "rows_compared": result.rows_compared,
         "skewed": result.skewed_features,
         "mismatch_rate": {f.feature: f.mismatch_rate for f in result.features},
     }
-    warehouse.record_reports(
-        settings, [entry("skew", model, current, now, result.verdict, path, summary)], notify
-    )
-    return result
+    publish(settings, report, window, result.to_dict(), [Finding(result.verdict, summary)], notify)
 
 
 def _pool(a: FeatureSkew, b: FeatureSkew, max_rate: float) -> FeatureSkew:

@@ -4,9 +4,10 @@ A worker appends each answered request to its own segment before the response
 goes out; the warehouse loader reads closed and open segments idempotently.
 """
 
-from mlpipe.predlog.pii import PiiHasher
-from mlpipe.predlog.record import DECODER, ENCODER, Arm, PredictionRecord
-from mlpipe.predlog.segments import PredictionSink, SegmentWriter, open_sink
+from mlpipe.predlog._pii import PiiHasher
+from mlpipe.predlog._record import DECODER, ENCODER, Arm, PredictionRecord
+from mlpipe.predlog._segments import SegmentWriter
+from mlpipe.predlog._sink import PredictionSink, open_sink
 
 __all__ = [
     "DECODER",

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlpipe.config import Settings
 from mlpipe.errors import StoreBusy
-from mlpipe.registry import _lineage
+from mlpipe.registry import _lineage, _tags
 from mlpipe.registry._client import (
     client,
     download_tree,
@@ -49,11 +49,10 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.entities.model_registry import ModelVersion
 
-    from mlpipe.registry._flavors import ModelFlavor
+    from mlpipe.registry._model_flavor import ModelFlavor
 
 logger = logging.getLogger("mlpipe.registry")
 
-TAG = "mlpipe."
 ATTEMPTS = 5
 BACKOFF_S = 0.2  # first pause at most this, doubling each attempt (full jitter)
 BACKOFF_MAX_S = 3.0
@@ -119,17 +118,14 @@ def _attempt(
         with mlflow_errors("registry"), tempfile.TemporaryDirectory() as tmp, quiet:
             with mlflow.start_run(experiment_id=experiment_id(settings)) as run:
                 run_id = run.info.run_id
-                metric = TAG + "metric."
-                mlflow.log_metrics(
-                    {k[len(metric) :]: float(v) for k, v in tags.items() if k.startswith(metric)}
-                )
+                mlflow.log_metrics(_tags.metrics(tags))
                 info = flavor.log(model, signature, tags)
                 ref_path = Path(tmp) / "reference.parquet"
                 reference.to_parquet(ref_path, index=False)
                 mlflow.log_artifact(str(ref_path), "reference")
             stored = download_tree(info.model_uri, str(Path(tmp) / "check"), "logged model")
-            tags[TAG + "artifact_sha256"] = _lineage.tree_sha256(stored)
-            tags[TAG + "reference_uri"] = f"runs:/{run_id}/reference/reference.parquet"
+            tags[_tags.ARTIFACT_SHA256] = _lineage.tree_sha256(stored)
+            tags[_tags.REFERENCE_URI] = f"runs:/{run_id}/reference/reference.parquet"
             _ensure_registered_model(c, name)
             mv = c.create_model_version(
                 name,

@@ -15,6 +15,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import (
     Column,
@@ -204,7 +205,7 @@ def _as_utc(value: datetime | None) -> datetime | None:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _to_tenant(row) -> Tenant:  # type: ignore[no-untyped-def]
+def _to_tenant(row: Any) -> Tenant:
     return Tenant(
         name=row["name"],
         key_id=row["key_id"],

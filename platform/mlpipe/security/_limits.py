@@ -13,7 +13,10 @@ import logging
 import math
 import threading
 import time
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from mlpipe.config import Settings
 
 logger = logging.getLogger("mlpipe.security")
 
@@ -94,3 +97,11 @@ class RedisBuckets:
 def retry_after(wait_s: float) -> int:
     """Whole seconds for ``Retry-After`` (at least 1)."""
     return max(1, math.ceil(wait_s))
+
+
+def rate_limiter(settings: Settings) -> RateLimiter:
+    """Redis buckets if ``security.redis_url`` is set, else this worker's share of local ones."""
+    local = LocalBuckets(share=1.0 / settings.serving.workers)
+    if settings.security.redis_url:
+        return RedisBuckets(settings.security.redis_url, fallback=local)
+    return local

@@ -1,24 +1,104 @@
-"""The request path behind ``bentos/scoring``: contract, gateway, pipeline, caches, metrics.
+"""The request path behind ``bentos/scoring``: the stack, the gateway, the pipeline, the launcher.
 
-``bentos/scoring/service.py`` holds BentoML glue only; everything it does per
-request lives here, so it can be tested without a server.
+``bentos/scoring/service.py`` holds BentoML glue only and imports from here;
+everything it does per request lives in this package, so it can be tested
+without a server. The order of the middleware, and why, is in
+:mod:`mlpipe.serving._stack`.
 """
 
-from mlpipe.serving.gateway import PredictGateway
-from mlpipe.serving.generations import GenerationLoader, ServingModel, VersionPlan
-from mlpipe.serving.pipeline import ScoringPipeline
-from mlpipe.serving.runtime import ServingRuntime, current, set_current
-from mlpipe.serving.schema import PredictRequest, PredictResponse
+from typing import TYPE_CHECKING, Any
+
+from mlpipe.serving._admission import Admission, InflightBoard
+from mlpipe.serving._auth import (
+    DEFAULT_TENANT,
+    UNAUTHORIZED,
+    AuthGateway,
+    SecurityMetrics,
+    security_metrics,
+)
+from mlpipe.serving._deadline import Deadline
+from mlpipe.serving._gateway import Batch, PredictGateway
+from mlpipe.serving._generations import READY_LOG, GenerationLoader, ServingModel, VersionPlan
+from mlpipe.serving._intake import RequestIntake
+from mlpipe.serving._metrics import ServingMetrics, serving_metrics
+from mlpipe.serving._oip import InferenceProtocol
+from mlpipe.serving._overload import FrontDoor, OverloadGate
+from mlpipe.serving._pipeline import ScoringPipeline
+from mlpipe.serving._runtime import ServingRuntime, current, set_current
+from mlpipe.serving._schema import PredictRequest, PredictResponse
+from mlpipe.serving._server import (
+    SERVICE,
+    ScoringProcess,
+    exec_server,
+    free_port,
+    server_command,
+    service_dir,
+)
+from mlpipe.serving._stack import Layer, front_door, request_stack
+
+if TYPE_CHECKING:
+    from mlpipe.serving._bentoml_patches import (
+        Batcher,
+        bind_once,
+        build_app_inside,
+        span_headers,
+        use_deadline,
+    )
+
+# The BentoML patches import bentoml (seconds), which `mlpipe serve` and the demo,
+# importing this package for the launcher, must not pay: they load on first use.
+_BENTOML_PATCHES = frozenset(
+    {"Batcher", "bind_once", "build_app_inside", "span_headers", "use_deadline"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _BENTOML_PATCHES:
+        from mlpipe.serving import _bentoml_patches
+
+        return getattr(_bentoml_patches, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
+    "DEFAULT_TENANT",
+    "READY_LOG",
+    "SERVICE",
+    "UNAUTHORIZED",
+    "Admission",
+    "AuthGateway",
+    "Batch",
+    "Batcher",
+    "Deadline",
+    "FrontDoor",
     "GenerationLoader",
+    "InferenceProtocol",
+    "InflightBoard",
+    "Layer",
+    "OverloadGate",
     "PredictGateway",
     "PredictRequest",
     "PredictResponse",
+    "RequestIntake",
     "ScoringPipeline",
+    "ScoringProcess",
+    "SecurityMetrics",
+    "ServingMetrics",
     "ServingModel",
     "ServingRuntime",
     "VersionPlan",
+    "bind_once",
+    "build_app_inside",
     "current",
+    "exec_server",
+    "free_port",
+    "front_door",
+    "request_stack",
+    "security_metrics",
+    "server_command",
+    "service_dir",
+    "serving_metrics",
     "set_current",
+    "span_headers",
+    "use_deadline",
 ]

@@ -8,24 +8,25 @@ Every call opens the database only for as long as it needs it and waits
 
 from mlpipe.warehouse._engine import Notify, read, write
 from mlpipe.warehouse._figures import ArmFigures, arm_figures
+from mlpipe.warehouse._mirror import DeploymentChange, HistorySource
 from mlpipe.warehouse._outcomes import ACCEPTED_COLUMNS, OutcomesResult, load_outcomes
 from mlpipe.warehouse._read import (
     PredictionWindow,
     QueryResult,
-    ReportEntry,
-    list_reports,
     models_in_warehouse,
     prediction_window,
     query,
-    record_reports,
 )
+from mlpipe.warehouse._reports import ReportEntry, list_reports, record_reports
 from mlpipe.warehouse._schema import metadata
-from mlpipe.warehouse._sync import SkippedLine, SyncResult, parse_segment, sync
+from mlpipe.warehouse._segments import SkippedLine, parse_segment
+from mlpipe.warehouse._sync import SyncResult, sync
 
 __all__ = [
-    "ArmFigures",
-    "arm_figures",
     "ACCEPTED_COLUMNS",
+    "ArmFigures",
+    "DeploymentChange",
+    "HistorySource",
     "Notify",
     "OutcomesResult",
     "PredictionWindow",
@@ -33,6 +34,7 @@ __all__ = [
     "ReportEntry",
     "SkippedLine",
     "SyncResult",
+    "arm_figures",
     "list_reports",
     "load_outcomes",
     "metadata",

@@ -28,6 +28,8 @@ from mlpipe.errors import StoreUnavailable
 from mlpipe.warehouse import _schema
 
 if TYPE_CHECKING:
+    import duckdb
+
     from mlpipe.config import Settings
 
 Notify = Callable[[str], None]
@@ -107,7 +109,16 @@ def _database_exists(url: str) -> bool:
     if not is_duckdb(url):
         return True
     database = make_url(url).database
-    return bool(database) and database != ":memory:" and Path(database).exists()
+    if not database or database == ":memory:":
+        return False
+    return Path(database).exists()
+
+
+def duckdb_connection(conn: Connection) -> duckdb.DuckDBPyConnection:
+    """The DuckDB connection under ``conn``, for DuckDB's own API (``register``, ``df()``)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None, "the connection is closed"
+    return raw
 
 
 @contextmanager

@@ -3,14 +3,17 @@
 The control plane stays the source of truth; the mirror lets SQL over the
 warehouse put predictions next to the deployment that served them (join on
 model and generation). Rows are keyed by (model, generation), and generations
-only grow, so each sync reads just the history newer than what is mirrored.
+only grow, so a sync asks its :data:`HistorySource` only for the history newer
+than what is mirrored. The warehouse does not read the control plane itself:
+the caller (a layer above, :func:`mlpipe.deployments.history_feed`) hands the
+history in.
 """
 
 from __future__ import annotations
 
-from datetime import UTC
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
@@ -19,13 +22,38 @@ from mlpipe.warehouse import _schema
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from mlpipe.config import Settings
+
+class DeploymentChange(Protocol):
+    """One change of a deployment record, as the control plane's history holds it."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def action(self) -> str: ...
+    @property
+    def champion(self) -> str | None: ...
+    @property
+    def canary(self) -> str | None: ...
+    @property
+    def canary_weight(self) -> float: ...
+    @property
+    def shadow(self) -> str | None: ...
+    @property
+    def shadow_sample(self) -> float: ...
+    @property
+    def previous(self) -> str | None: ...
+    @property
+    def at(self) -> datetime: ...
+    @property
+    def actor(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
 
 
-def _never_deployed(settings: Settings) -> bool:
-    # A local project that never deployed has no control database: do not create one.
-    url = settings.control
-    return url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists()
+# Given the newest generation mirrored per model (absent: none), the changes after it.
+HistorySource = Callable[[Mapping[str, int]], Iterable[DeploymentChange]]
 
 
 def mirrored_generations(conn: Connection) -> dict[str, int]:
@@ -34,42 +62,30 @@ def mirrored_generations(conn: Connection) -> dict[str, int]:
     return {str(model): int(generation) for model, generation in rows}
 
 
-def pending_history(settings: Settings, mirrored: dict[str, int]) -> list[dict[str, Any]]:
-    """History rows the warehouse lacks, oldest first, as ``deployments`` table values.
+def pending_rows(history: HistorySource, mirrored: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The changes ``history`` gives after ``mirrored``, as ``deployments`` table values.
 
-    Raises what the control plane raises (:class:`StoreUnavailable` when it is down).
+    Raises what the source raises (:class:`StoreUnavailable` when the control plane is down).
     """
-    if _never_deployed(settings):
-        return []
-    from mlpipe import deployments
+    return [_row(change) for change in history(mirrored)]
 
-    plane = deployments.control_plane(settings)
-    rows: list[dict[str, Any]] = []
-    for record in plane.models():
-        behind = record.generation - mirrored.get(record.model, 0)
-        if behind <= 0:
-            continue
-        for entry in reversed(plane.history(record.model, limit=behind)):
-            if entry.generation <= mirrored.get(record.model, 0):
-                continue
-            at = entry.at.astimezone(UTC).replace(tzinfo=None) if entry.at.tzinfo else entry.at
-            rows.append(
-                {
-                    "model": entry.model,
-                    "generation": entry.generation,
-                    "champion": entry.champion,
-                    "canary": entry.canary,
-                    "canary_weight": entry.canary_weight,
-                    "shadow": entry.shadow,
-                    "shadow_sample": entry.shadow_sample,
-                    "previous": entry.previous,
-                    "action": entry.action,
-                    "actor": entry.actor,
-                    "reason": entry.reason,
-                    "changed_at": at,
-                }
-            )
-    return rows
+
+def _row(change: DeploymentChange) -> dict[str, Any]:
+    at = change.at.astimezone(UTC).replace(tzinfo=None) if change.at.tzinfo else change.at
+    return {
+        "model": change.model,
+        "generation": change.generation,
+        "champion": change.champion,
+        "canary": change.canary,
+        "canary_weight": change.canary_weight,
+        "shadow": change.shadow,
+        "shadow_sample": change.shadow_sample,
+        "previous": change.previous,
+        "action": change.action,
+        "actor": change.actor,
+        "reason": change.reason,
+        "changed_at": at,
+    }
 
 
 def insert_missing(conn: Connection, rows: list[dict[str, Any]]) -> int:

@@ -190,7 +190,7 @@ def load_outcomes(
             }
         )
         if _engine.is_duckdb(settings.warehouse):
-            raw = conn.connection.driver_connection
+            raw = _engine.duckdb_connection(conn)
             raw.register("_mlpipe_outcomes", rows)
             try:
                 raw.execute(

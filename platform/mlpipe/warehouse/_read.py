@@ -1,8 +1,7 @@
-"""Reads over the warehouse: ad-hoc SQL, windows of predictions (sampled in SQL), reports."""
+"""Reads over the warehouse: ad-hoc SQL, and windows of predictions (sampled in SQL)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ from mlpipe.warehouse import _engine, _schema
 
 if TYPE_CHECKING:
     import pandas as pd
+    from sqlalchemy import Connection
 
     from mlpipe.config import Settings
 
@@ -100,49 +100,76 @@ def prediction_window(
 
     ``with_entities`` also returns each row's logged entity (train/serve skew joins on it).
     """
-    import msgspec
     import pandas as pd
 
     p, o = _schema.predictions, _schema.outcomes
     cond = [p.c.model == model, p.c.ts >= start, p.c.ts < end]
     if arm is not None:
         cond.append(p.c.arm == arm)
+    extra = [p.c.entity_key, p.c.entity] if with_entities else []
+    stmt = (
+        sa.select(*(p.c[c] for c in _BASE), p.c.features, o.c.outcome, *extra)
+        .select_from(p.outerjoin(o, o.c.request_id == p.c.request_id))
+        .where(*cond)
+    )
     with _engine.read(settings, notify) as conn:
         total = conn.execute(sa.select(sa.func.count()).select_from(p).where(*cond)).scalar_one()
-        extra = [p.c.entity_key, p.c.entity] if with_entities else []
-        stmt = (
-            sa.select(*(p.c[c] for c in _BASE), p.c.features, o.c.outcome, *extra)
-            .select_from(p.outerjoin(o, o.c.request_id == p.c.request_id))
-            .where(*cond)
-        )
-        sampled = sample_rows is not None and total > sample_rows
-        columns = [*_BASE, "features", "outcome"]
-        columns += ["entity_key", "entity"] if with_entities else []
-        if _engine.is_duckdb(settings.warehouse):
-            # DuckDB hands the columns over as a DataFrame directly: no Python row per result.
-            inner = stmt.compile(conn, compile_kwargs={"literal_binds": True})
-            sql = (
-                f"SELECT * FROM ({inner}) AS w "
-                f"USING SAMPLE reservoir({int(sample_rows or 0)} ROWS) REPEATABLE ({int(seed)})"
-                if sampled
-                else f"SELECT * FROM ({inner}) AS w ORDER BY ts"
-            )
-            frame = conn.connection.driver_connection.execute(sql).df()
-            frame.columns = columns
-        else:
-            if sampled:
-                rows = conn.execute(stmt.order_by(sa.func.random()).limit(sample_rows)).all()
-            else:
-                rows = conn.execute(stmt.order_by(p.c.ts)).all()
-            frame = pd.DataFrame(rows, columns=columns)
+        sample = sample_rows if sample_rows is not None and total > sample_rows else None
+        frame = _fetch(settings, conn, stmt, sample, seed)
     entities = None
     if with_entities:
-        logged = [msgspec.json.decode(e.encode()) for e in frame["entity"]]
-        entities = pd.DataFrame.from_records(logged, index=frame.index) if logged else None
-        if entities is None:
-            entities = pd.DataFrame(index=frame.index)
-        entities.insert(0, "entity_key", frame["entity_key"])
-        frame = frame.drop(columns=["entity_key", "entity"])
+        frame, entities = _split_entities(frame)
+    features = _decode_features(frame)
+    frame = frame.drop(columns=["features"])
+    frame["ts"] = pd.to_datetime(frame["ts"])
+    frame["outcome"] = pd.to_numeric(frame["outcome"], errors="coerce")
+    return PredictionWindow(frame, features, int(total), sample is not None, entities)
+
+
+def _fetch(
+    settings: Settings, conn: Connection, stmt: sa.Select[Any], sample: int | None, seed: int
+) -> pd.DataFrame:
+    """The rows of ``stmt`` in time order, or a reservoir sample of ``sample`` of them."""
+    import pandas as pd
+
+    columns = [c.name for c in stmt.selected_columns]
+    if _engine.is_duckdb(settings.warehouse):
+        # DuckDB hands the columns over as a DataFrame directly: no Python row per result.
+        inner = stmt.compile(conn, compile_kwargs={"literal_binds": True})
+        sql = (
+            f"SELECT * FROM ({inner}) AS w "
+            f"USING SAMPLE reservoir({int(sample)} ROWS) REPEATABLE ({int(seed)})"
+            if sample is not None
+            else f"SELECT * FROM ({inner}) AS w ORDER BY ts"
+        )
+        frame = _engine.duckdb_connection(conn).execute(sql).df()
+        frame.columns = columns
+        return frame
+    if sample is not None:
+        rows = conn.execute(stmt.order_by(sa.func.random()).limit(sample)).all()
+    else:
+        rows = conn.execute(stmt.order_by(_schema.predictions.c.ts)).all()
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _split_entities(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frame without its entity columns, and the logged entities (``entity_key`` first)."""
+    import msgspec
+    import pandas as pd
+
+    logged = [msgspec.json.decode(e.encode()) for e in frame["entity"]]
+    entities = pd.DataFrame.from_records(logged, index=frame.index) if logged else None
+    if entities is None:
+        entities = pd.DataFrame(index=frame.index)
+    entities.insert(0, "entity_key", frame["entity_key"])
+    return frame.drop(columns=["entity_key", "entity"]), entities
+
+
+def _decode_features(frame: pd.DataFrame) -> pd.DataFrame:
+    """One column per logged model input (numbers where they parse), on the frame's index."""
+    import msgspec
+    import pandas as pd
+
     decoded = (
         msgspec.json.decode(("[" + ",".join(frame["features"]) + "]").encode())
         if len(frame)
@@ -153,91 +180,10 @@ def prediction_window(
         if decoded
         else pd.DataFrame(index=frame.index)
     )
-    features = features.apply(pd.to_numeric, errors="coerce") if len(features.columns) else features
-    frame = frame.drop(columns=["features"])
-    frame["ts"] = pd.to_datetime(frame["ts"])
-    frame["outcome"] = pd.to_numeric(frame["outcome"], errors="coerce")
-    return PredictionWindow(frame, features, int(total), bool(sampled), entities)
+    return features.apply(pd.to_numeric, errors="coerce") if len(features.columns) else features
 
 
 def models_in_warehouse(settings: Settings, notify: _engine.Notify | None = None) -> list[str]:
     with _engine.read(settings, notify) as conn:
         p = _schema.predictions
         return list(conn.execute(sa.select(p.c.model).distinct().order_by(p.c.model)).scalars())
-
-
-@dataclass(frozen=True)
-class ReportEntry:
-    """A row of the ``reports`` index."""
-
-    id: str
-    kind: str  # "drift", "canary", "skew", "rollout"
-    model: str
-    arm: str | None
-    version: str | None
-    window_start: datetime | None
-    window_end: datetime | None
-    created_at: datetime
-    verdict: str
-    path: str | None
-    summary: dict[str, Any]
-
-
-def record_reports(
-    settings: Settings, entries: list[ReportEntry], notify: _engine.Notify | None = None
-) -> None:
-    """Add rows to the ``reports`` index, in one transaction."""
-    with _engine.write(settings, notify) as conn:
-        for e in entries:
-            conn.execute(
-                _schema.reports.insert().values(
-                    id=e.id,
-                    kind=e.kind,
-                    model=e.model,
-                    arm=e.arm,
-                    version=e.version,
-                    window_start=e.window_start,
-                    window_end=e.window_end,
-                    created_at=e.created_at,
-                    verdict=e.verdict,
-                    path=e.path,
-                    summary=json.dumps(e.summary, default=str),
-                )
-            )
-
-
-def list_reports(
-    settings: Settings,
-    model: str | None = None,
-    kind: str | None = None,
-    version: str | None = None,
-    limit: int = 20,
-    notify: _engine.Notify | None = None,
-) -> list[ReportEntry]:
-    """Newest first."""
-    r = _schema.reports
-    stmt = sa.select(r).order_by(r.c.created_at.desc(), r.c.id.desc()).limit(limit)
-    if model is not None:
-        stmt = stmt.where(r.c.model == model)
-    if kind is not None:
-        stmt = stmt.where(r.c.kind == kind)
-    if version is not None:
-        stmt = stmt.where(r.c.version == version)
-    with _engine.read(settings, notify) as conn:
-        rows = conn.execute(stmt).all()
-    return [
-        ReportEntry(
-            id=row.id,
-            kind=row.kind,
-            model=row.model,
-            arm=row.arm,
-            version=row.version,
-            window_start=row.window_start,
-            window_end=row.window_end,
-            created_at=row.created_at,
-            verdict=row.verdict,
-            path=row.path,
-            summary=json.loads(row.summary),
-        )
-        for row in rows
-    ]

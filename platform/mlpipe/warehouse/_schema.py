@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import Connection
@@ -26,9 +27,19 @@ schema_migrations = sa.Table(
 )
 
 
-def _not_duckdb(ddl: object, target: object, bind: object, **kw: object) -> bool:
-    """For ``ddl_if``: the DDL is for a database other than DuckDB."""
-    dialect = kw.get("dialect") or getattr(kw.get("compiler"), "dialect", None)
+def _not_duckdb(
+    ddl: Any,
+    target: Any,
+    bind: Any,
+    tables: Any = None,
+    state: Any = None,
+    *,
+    dialect: Any = None,
+    compiler: Any = None,
+    checkfirst: bool = False,
+) -> bool:
+    """For ``ddl_if`` (a ``DDLIfCallable``): the DDL is for a database other than DuckDB."""
+    dialect = dialect or getattr(compiler, "dialect", None)
     return getattr(dialect, "name", None) != "duckdb"
 
 
@@ -180,7 +191,7 @@ def _rebuild_predictions(conn: Connection) -> None:
     ``features`` is most of a row's bytes (~500 of ~700). DuckDB's default string
     compression (dictionary + FSST) halves the file but costs more than the rest of
     a sync together: 200k rows load in ~0.9 s uncompressed and ~1.4 s compressed
-    (bench/README.md, "Components"). Scans are as fast either way. DuckDB cannot
+    (decision 008). Scans are as fast either way. DuckDB cannot
     change a column's compression in place, so the table is copied.
     """
     if conn.dialect.name != "duckdb":
@@ -201,7 +212,7 @@ def _drop_predictions_key(conn: Connection) -> None:
 
     With the index, DuckDB inserts a sync's rows on one thread and maintains an
     ART entry per row; without it, 200k rows load in ~0.83 s instead of ~1.0 s
-    (statement and commit; bench/README.md, "warehouse sync"). The key stays a
+    (statement and commit; decision 016). The key stays a
     key: every load keeps only rows the table lacks and checks that what it
     added holds no key twice (``_sync``), and DuckDB admits one writer at a time.
     PostgreSQL keeps its primary key (``ddl_if``): several writers may load at once.

@@ -1,0 +1,152 @@
+"""``rollout``: progressive delivery on top of deploy / canary analysis / promote / rollback.
+
+At each step below 100 % the canary's weight is set, the interval passes, and
+the canary is analysed over it: pass → next step; fail → rollback, stop;
+insufficient → wait another interval, up to ``max_waits``, then rollback. At
+100 % the canary is promoted. Every change goes through the control plane, so
+each step and its reason land in the deployment history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from mlpipe import monitoring
+from mlpipe.config import Settings
+from mlpipe.deployments._feed import history_feed
+from mlpipe.deployments._operations import deploy, promote, rollback, status
+from mlpipe.errors import InvalidInput, NotFound
+from mlpipe.windows import parse_duration
+
+StepVerdict = Literal["pass", "fail", "insufficient", "promoted"]
+RolloutOutcome = Literal["promoted", "rolled_back", "held"]  # held: the last step was below 100
+
+
+@dataclass
+class RolloutStep:
+    weight: float
+    verdict: StepVerdict
+    analyses: int
+    detail: str = ""
+
+
+@dataclass
+class RolloutResult:
+    model: str
+    version: str
+    outcome: RolloutOutcome
+    steps: list[RolloutStep] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.outcome == "rolled_back" else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "exit_code": self.exit_code}
+
+
+OnStep = Callable[[RolloutStep, monitoring.CanaryAnalysis | None], None]
+
+
+def parse_steps(text: str) -> list[float]:
+    """``"5,25,100"`` → ``[5.0, 25.0, 100.0]``; InvalidInput unless increasing and in (0, 100]."""
+    try:
+        steps = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise InvalidInput(f"bad steps {text!r}: use percentages like 5,25,50,100") from exc
+    if not steps or any(not 0 < s <= 100 for s in steps) or steps != sorted(set(steps)):
+        raise InvalidInput(f"bad steps {text!r}: increasing percentages in (0, 100], e.g. 5,25,100")
+    return steps
+
+
+def rollout(
+    settings: Settings,
+    model: str,
+    steps: list[float],
+    interval: str = "10m",
+    version: str | None = None,
+    max_waits: int = 3,
+    sleep: Callable[[float], None] = time.sleep,
+    on_step: OnStep | None = None,
+) -> RolloutResult:
+    """Walk the canary through ``steps`` (percent); promote at 100, roll back on a failed analysis.
+
+    ``version`` defaults to the running canary. Raises :class:`InvalidInput` when
+    there is no canary to roll out, and what deploy/promote/rollback raise. When
+    a step's analysis raises (the warehouse stays locked, say, or the run is
+    interrupted), the canary is rolled back first and the error re-raised.
+    """
+    wait = parse_duration(interval, "interval").total_seconds()
+    version = version or status(settings, model).canary
+    if not version:
+        raise InvalidInput(
+            f"{model} has no canary: pass --version or `mlpipe deploy --canary` first"
+        )
+    result = RolloutResult(model, version, "rolled_back")
+    for weight in steps:
+        if weight >= 100:
+            promote(settings, model, reason="rollout: all steps passed")
+            result.outcome = "promoted"
+            _record(result, RolloutStep(weight, "promoted", 0), None, on_step)
+            return result
+        deploy(settings, model, version, canary=weight, reason=f"rollout step {weight:g}%")
+        try:
+            verdict, attempt, analysis = _analyse_step(
+                settings, model, interval, wait, max_waits, sleep
+            )
+        except BaseException as exc:
+            # Never leave a half-analysed canary taking traffic: take it out, then report.
+            rollback(settings, model, reason=f"rollout step {weight:g}%: aborted ({exc!r:.200})")
+            raise
+        detail = analysis.report_path if analysis and analysis.report_path else ""
+        step = RolloutStep(weight, verdict, attempt, detail or "no logged predictions yet")
+        _record(result, step, analysis, on_step)
+        if verdict != "pass":
+            why = "failed" if verdict == "fail" else f"insufficient data after {attempt} waits"
+            rollback(settings, model, reason=f"rollout step {weight:g}%: canary {why}")
+            return result
+    result.outcome = "held"  # steps ended below 100: the canary stays at the last weight
+    return result
+
+
+def _record(
+    result: RolloutResult,
+    step: RolloutStep,
+    analysis: monitoring.CanaryAnalysis | None,
+    on_step: OnStep | None,
+) -> None:
+    result.steps.append(step)
+    if on_step:
+        on_step(step, analysis)
+
+
+def _analyse_step(
+    settings: Settings,
+    model: str,
+    interval: str,
+    wait: float,
+    max_waits: int,
+    sleep: Callable[[float], None],
+) -> tuple[monitoring.CanaryOutcome, int, monitoring.CanaryAnalysis | None]:
+    """Wait an interval and analyse, again while the data is insufficient (up to ``max_waits``).
+
+    A model with no logged predictions at all counts as insufficient data.
+    """
+    analysis: monitoring.CanaryAnalysis | None = None
+    verdict: monitoring.CanaryOutcome = "insufficient"
+    attempt = 0
+    while attempt < max(1, max_waits):
+        attempt += 1
+        sleep(wait)
+        try:
+            analysis = monitoring.analyze(settings, model, interval, history=history_feed(settings))
+        except NotFound:
+            analysis, verdict = None, "insufficient"
+            continue
+        verdict = analysis.verdict
+        if verdict != "insufficient":
+            break
+    return verdict, attempt, analysis

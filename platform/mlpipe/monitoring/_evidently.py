@@ -1,0 +1,139 @@
+"""Running Evidently: drift tests over screened columns, and classification quality.
+
+Evidently is asked once for every column; when it cannot take one, each column
+is run alone to find the ones it cannot test, which are reported as skipped
+with Evidently's reason, and the rest are tested together.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from mlpipe.monitoring._screen import Screened, SkippedColumn
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Per tested column: (method, score, threshold, drifted).
+ColumnResult = tuple[str, float, float, bool]
+
+
+def _run_evidently(
+    cur: pd.DataFrame, ref: pd.DataFrame, num: list[str], cat: list[str], drift_share: float = 0.5
+) -> Any:
+    from evidently import DataDefinition, Dataset, Report
+    from evidently.presets import DataDriftPreset
+
+    definition = DataDefinition(numerical_columns=num, categorical_columns=cat)
+    # mlpipe's drift share, so the report's headline agrees with the CLI's verdict.
+    preset = DataDriftPreset(columns=num + cat, drift_share=drift_share)
+    report = Report([preset], include_tests=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy/scipy divide warnings on degenerate columns
+        import numpy as np
+
+        with np.errstate(all="ignore"):
+            return report.run(
+                Dataset.from_pandas(cur, data_definition=definition),
+                Dataset.from_pandas(ref, data_definition=definition),
+            )
+
+
+def _column_results(snapshot: Any) -> dict[str, ColumnResult]:
+    data = snapshot.dict()
+    scores = {}
+    for metric in data["metrics"]:
+        config = metric.get("config", {})
+        if config.get("type") == "evidently:metric_v2:ValueDrift":
+            scores[config["column"]] = (
+                config.get("method") or "",
+                metric.get("value"),
+                config.get("threshold"),
+            )
+    failed = {}
+    for test in data["tests"]:
+        column = test["metric_config"]["params"].get("column")
+        if column is not None:
+            failed[column] = str(test["status"]).endswith("FAIL")
+    return {
+        col: (
+            method,
+            float(value) if value is not None else float("nan"),
+            float(thr or 0),
+            failed.get(col, False),
+        )
+        for col, (method, value, thr) in scores.items()
+    }
+
+
+def drift_tests(
+    screened: Screened, drift_share: float = 0.5
+) -> tuple[Any, dict[str, ColumnResult], list[SkippedColumn]]:
+    """Evidently on all screened columns; if that fails, column by column, skipping failures."""
+    num, cat = screened.numerical, screened.categorical
+    if not num and not cat:
+        return None, {}, []
+    try:
+        snapshot = _run_evidently(screened.current, screened.reference, num, cat, drift_share)
+        return snapshot, _column_results(snapshot), []
+    except Exception:  # noqa: BLE001 - find the column Evidently cannot take, test the rest
+        pass
+    results: dict[str, ColumnResult] = {}
+    skipped: list[SkippedColumn] = []
+    good_num: list[str] = []
+    good_cat: list[str] = []
+    for col in num + cat:
+        is_num = col in num
+        try:
+            snap = _run_evidently(
+                screened.current[[col]],
+                screened.reference[[col]],
+                [col] if is_num else [],
+                [] if is_num else [col],
+            )
+            results.update(_column_results(snap))
+            (good_num if is_num else good_cat).append(col)
+        except Exception as exc:  # noqa: BLE001 - reported as a skipped column with the reason
+            skipped.append(
+                SkippedColumn(
+                    col, f"Evidently could not test it: {type(exc).__name__}: {exc}"[:200]
+                )
+            )
+    snapshot = (
+        _run_evidently(screened.current, screened.reference, good_num, good_cat, drift_share)
+        if good_num or good_cat
+        else None
+    )
+    return snapshot, results, skipped
+
+
+def classification_quality(rows: pd.DataFrame) -> tuple[dict[str, Any] | None, Any]:
+    """Classification quality on the rows whose outcome has arrived (Evidently report + figures)."""
+    labelled = rows[rows["outcome"].notna()]
+    if labelled.empty:
+        return None, None
+    from evidently import BinaryClassification, DataDefinition, Dataset, Report
+    from evidently.metrics import Accuracy, F1Score, Precision, Recall
+
+    frame = labelled.assign(
+        target=labelled["outcome"].round().astype(int), prediction=labelled["label"].astype(int)
+    )[["target", "prediction"]]
+    definition = DataDefinition(
+        classification=[BinaryClassification(target="target", prediction_labels="prediction")],
+        categorical_columns=["target", "prediction"],
+    )
+    report = Report([Accuracy(), Precision(), Recall(), F1Score()])
+    figures: dict[str, Any] = {"labelled_rows": int(len(frame))}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            snapshot = report.run(Dataset.from_pandas(frame, data_definition=definition), None)
+    except Exception as exc:  # noqa: BLE001 - quality is extra; the drift verdict stands without it
+        figures["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        return figures, None
+    for metric in snapshot.dict()["metrics"]:
+        name = metric["metric_name"].split("(")[0].lower()
+        value = metric.get("value")
+        figures[name] = value if isinstance(value, int | float) else None
+    return figures, snapshot

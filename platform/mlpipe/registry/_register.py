@@ -1,0 +1,204 @@
+"""Registering a version: check the candidate and its data, fill in lineage, log it.
+
+Every version carries, as tags: the training data's sha256, the FeatureService
+and the sha256 of its definition, the model's input features, the artifact's
+sha256, the git commit, the skops types it is trusted to load, its decision
+threshold and its metrics (see ``_tags``). Nothing is written before every
+check has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlpipe.config import Settings
+from mlpipe.errors import InvalidInput, NotFound
+from mlpipe.features import describe_service
+from mlpipe.registry import _lineage, _registration, _tags
+from mlpipe.registry._candidate import read_candidate
+from mlpipe.registry._client import client, mlflow_errors
+from mlpipe.registry._flavors import FLAVORS, for_candidate
+from mlpipe.registry._model_flavor import ModelFlavor
+from mlpipe.registry._types import VersionInfo
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+REFERENCE_ROWS = 5000
+
+
+def register(
+    settings: Settings,
+    name: str,
+    *,
+    dataset: Path,
+    model_path: Path | None = None,
+    run_id: str | None = None,
+    feature_service: str | None = None,
+    label: str = "label",
+    metrics: dict[str, float] | None = None,
+    threshold: float = 0.5,
+    trust: tuple[str, ...] = (),
+    description: str | None = None,
+) -> VersionInfo:
+    """Register a new version of ``name`` with full lineage and return it.
+
+    Raises NotFound (model path, run or dataset missing; unknown feature service)
+    and InvalidInput (not a classifier, untrusted types, dataset lacks the model's
+    features or the label, bad threshold). Nothing is written before all checks pass.
+    """
+    if (model_path is None) == (run_id is None):
+        raise InvalidInput("give exactly one of --model PATH or --run RUN_ID")
+    if not 0.0 < threshold < 1.0:
+        raise InvalidInput(f"--threshold must be between 0 and 1, got {threshold:g}")
+    _check_name(name)
+    model = _read_model(settings, model_path, run_id)
+    frame = read_dataset(dataset)
+    features = _model_features(model, frame, label)
+    tags = _lineage_tags(settings, dataset, feature_service, features, threshold, metrics or {})
+    if run_id:
+        tags[_tags.SOURCE_RUN] = run_id
+    return register_model(settings, name, model, frame, features, label, tags, trust, description)
+
+
+def register_model(
+    settings: Settings,
+    name: str,
+    model: Any,
+    frame: pd.DataFrame,
+    features: list[str],
+    label: str,
+    tags: dict[str, str],
+    trust: tuple[str, ...] = (),
+    description: str | None = None,
+) -> VersionInfo:
+    """Log an in-memory ``model`` with ``tags`` (lineage already filled in) as a new version.
+
+    The flavor comes from the object (see ``_flavors``). Raises InvalidInput if
+    it is no model mlpipe registers, or its scores on the data are no probabilities.
+    """
+    flavor = for_candidate(model)
+    tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
+    return _log_and_register(settings, name, model, frame, features, label, tags, description)
+
+
+def _check_name(name: str) -> None:
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise InvalidInput(f"model name {name!r} must be letters, digits, '-' or '_'")
+
+
+def _read_model(settings: Settings, model_path: Path | None, run_id: str | None) -> Any:
+    if model_path is not None:
+        return read_candidate(Path(model_path))
+    import mlflow
+
+    client(settings)
+    with mlflow_errors(f"run {run_id}"), tempfile.TemporaryDirectory() as tmp:
+        local = mlflow.artifacts.download_artifacts(f"runs:/{run_id}/model", dst_path=tmp)
+        return read_candidate(Path(local))
+
+
+def read_dataset(path: Path) -> pd.DataFrame:
+    """A CSV (by suffix) or Parquet file; NotFound if missing, InvalidInput if unreadable."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise NotFound(f"dataset file {path} does not exist")
+    try:
+        if path.suffix == ".csv":
+            return pd.read_csv(path)
+        return pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the user's file
+        raise InvalidInput(f"dataset {path} is not a readable CSV/Parquet file: {exc}") from exc
+
+
+def _model_features(model: Any, frame: pd.DataFrame, label: str) -> list[str]:
+    names = getattr(model, "feature_names_in_", None)
+    features = (
+        [str(n) for n in names] if names is not None else [c for c in frame.columns if c != label]
+    )
+    require_columns(frame, [*features, label])
+    return features
+
+
+def require_columns(frame: pd.DataFrame, columns: list[str]) -> None:
+    """Raise InvalidInput naming the ``columns`` the dataset lacks, if any."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InvalidInput(f"dataset lacks column(s) the model needs: {', '.join(missing)}")
+
+
+def _lineage_tags(
+    settings: Settings,
+    dataset: Path,
+    feature_service: str | None,
+    features: list[str],
+    threshold: float,
+    metrics: dict[str, float],
+) -> dict[str, str]:
+    tags = {
+        _tags.DATA_SHA256: _lineage.file_sha256(Path(dataset)),
+        _tags.DATASET: Path(dataset).name,
+        _tags.FEATURES: json.dumps(features),
+        _tags.THRESHOLD: repr(float(threshold)),
+    }
+    if feature_service:
+        spec = describe_service(settings, feature_service)
+        tags[_tags.FEATURE_SERVICE] = feature_service
+        tags[_tags.FEATURE_SERVICE_SHA256] = spec.definition_sha256
+    commit = _lineage.git_commit(settings.home)
+    if commit:
+        tags[_tags.GIT_COMMIT] = commit
+    tags.update(_tags.metric_tags(metrics))
+    return tags
+
+
+def _log_and_register(
+    settings: Settings,
+    name: str,
+    model: Any,
+    frame: pd.DataFrame,
+    features: list[str],
+    label: str,
+    tags: dict[str, str],
+    description: str | None,
+) -> VersionInfo:
+    from mlflow.models import infer_signature
+
+    flavor = FLAVORS[tags[_tags.FLAVOR]]()
+    x = frame[features]
+    with warnings.catch_warnings():  # MLflow's hint about integer columns, on every call
+        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+        signature = infer_signature(x.head(100), _check_scores(flavor, model, x.head(100)))
+    reference = frame[features].assign(label=frame[label].to_numpy())
+    reference = reference.sample(min(len(reference), REFERENCE_ROWS), random_state=0)
+    mv = _registration.log_and_register(
+        settings,
+        name,
+        flavor=flavor,
+        model=model,
+        signature=signature,
+        reference=reference,
+        tags=tags,
+        description=description,
+    )
+    return VersionInfo.from_mlflow(mv)
+
+
+def _check_scores(flavor: ModelFlavor, model: Any, x: pd.DataFrame) -> np.ndarray:
+    import numpy as np
+
+    scores = np.asarray(flavor.scorer(model)(x.to_numpy()))
+    if scores.shape != (len(x),) or not ((scores >= 0) & (scores <= 1)).all():
+        raise InvalidInput(
+            f"the {flavor.name} model must give one probability in [0, 1] per row; on the "
+            f"dataset's first rows it gave shape {scores.shape}, values {scores[:3].tolist()}"
+            " (end a torch model with a sigmoid or softmax)"
+        )
+    return scores

@@ -1,0 +1,50 @@
+"""The version tags mlpipe writes on MLflow model versions, and how metrics sit among them.
+
+Every key starts with ``mlpipe.``. A version's lineage (data, features, feature
+service, commit), its storage (flavor, skops types, artifact hash, reference)
+and, for a derived version, its parent and recipe are all tags, so any
+MLflow-native tool shows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+TAG = "mlpipe."
+
+# Training lineage.
+DATA_SHA256 = TAG + "data_sha256"
+DATASET = TAG + "dataset"
+FEATURES = TAG + "features"  # JSON list of the model's input columns, in order
+FEATURE_SERVICE = TAG + "feature_service"
+FEATURE_SERVICE_SHA256 = TAG + "feature_service_sha256"
+THRESHOLD = TAG + "threshold"
+GIT_COMMIT = TAG + "git_commit"
+SOURCE_RUN = TAG + "source_run"
+METRIC_PREFIX = TAG + "metric."
+
+# Storage: how the artifact was written and how to load it.
+FLAVOR = TAG + "flavor"
+SKOPS_TRUSTED_TYPES = TAG + "skops_trusted_types"
+ARTIFACT_SHA256 = TAG + "artifact_sha256"
+REFERENCE_URI = TAG + "reference_uri"
+
+# A derived (quantized) version.
+PARENT_VERSION = TAG + "parent_version"
+PARENT_ARTIFACT_SHA256 = TAG + "parent_artifact_sha256"
+QUANTIZE = TAG + "quantize"
+QUANTIZE_RECIPE = TAG + "quantize_recipe"
+EVAL_DATASET = TAG + "eval_dataset"
+EVAL_DATA_SHA256 = TAG + "eval_data_sha256"
+
+
+def metric_tags(metrics: Mapping[str, float]) -> dict[str, str]:
+    """``{name: value}`` as tags (``mlpipe.metric.NAME``), values as exact float reprs."""
+    return {METRIC_PREFIX + k: repr(float(v)) for k, v in metrics.items()}
+
+
+def metrics(tags: Mapping[str, str]) -> dict[str, float]:
+    """The metrics recorded among ``tags``, by name (the inverse of :func:`metric_tags`)."""
+    return {
+        k[len(METRIC_PREFIX) :]: float(v) for k, v in tags.items() if k.startswith(METRIC_PREFIX)
+    }

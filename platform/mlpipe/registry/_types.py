@@ -1,0 +1,82 @@
+"""What the registry hands back: a version, a model's summary, a loaded version."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mlpipe.registry import _tags
+from mlpipe.registry._flavors import FLAVORS
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One registered version: its aliases, its tags (lineage, storage) and where it lives."""
+
+    name: str
+    version: str
+    aliases: list[str]
+    tags: dict[str, str]
+    run_id: str | None
+    source: str
+    created_ms: int
+
+    @classmethod
+    def from_mlflow(cls, mv: Any) -> VersionInfo:
+        """From MLflow's ``ModelVersion``."""
+        return cls(
+            name=mv.name,
+            version=str(mv.version),
+            aliases=list(mv.aliases or []),
+            tags=dict(mv.tags or {}),
+            run_id=mv.run_id,
+            source=mv.source,
+            created_ms=int(mv.creation_timestamp or 0),
+        )
+
+    @property
+    def features(self) -> list[str]:
+        return json.loads(self.tags.get(_tags.FEATURES, "[]"))
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return _tags.metrics(self.tags)
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    """A registered model: its latest version and its aliases (alias -> version)."""
+
+    name: str
+    latest_version: str | None
+    aliases: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A verified, loaded version, ready to score arrays of its ``features``."""
+
+    name: str
+    version: str
+    features: list[str]
+    feature_service: str | None
+    threshold: float
+    artifact_sha256: str
+    model: Any = field(repr=False)
+    flavor: str = "sklearn"
+
+    def predict_scores(self, x: np.ndarray) -> np.ndarray:
+        """P(class 1) per row of ``x`` (columns in ``features`` order), vectorized."""
+        return self._scorer(x)
+
+    @property
+    def _scorer(self) -> Any:
+        scorer = self.__dict__.get("_cached_scorer")
+        if scorer is None:
+            scorer = FLAVORS[self.flavor]().scorer(self.model)
+            object.__setattr__(self, "_cached_scorer", scorer)
+        return scorer

@@ -1,0 +1,169 @@
+"""Authentication and per-tenant rate limits: pure-ASGI middleware in front of mlpipe's others.
+
+The outermost of mlpipe's layers inside BentoML's app (the order is in
+:mod:`mlpipe.serving._stack`). Per request on a protected path (every path but
+``security.open_paths``):
+
+- the key comes from ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; a
+  missing, malformed, unknown, wrong or revoked key gets the same 401 body
+  (``WWW-Authenticate: Bearer``) after the same constant-time work;
+- the tenant's token bucket is taken; an empty one gets 429 with ``Retry-After``;
+- ``scope["state"]["tenant"]`` and ``["pin"]`` (the arm the tenant is pinned
+  to, or None) are set, which the gateway copies into the request: the tenant
+  goes into the prediction-log row, the pin into routing.
+
+A rejected request never reaches the gateway, so it leaves no log row.
+``security.auth``: ``"auto"`` (default) requires keys once any tenant exists in
+the control plane and serves everyone as tenant ``default`` before that (the
+embedded demo keeps working); ``"on"`` and ``"off"`` force it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from mlpipe.security import TenantDirectory, rate_limiter, retry_after, tenant_store
+from mlpipe.serving._asgi import ASGIApp, Receive, Scope, Send, send_json
+
+if TYPE_CHECKING:
+    from mlpipe.config import Settings
+    from mlpipe.security import RateLimiter
+
+
+logger = logging.getLogger("mlpipe.security")
+
+DEFAULT_TENANT = "default"
+UNAUTHORIZED = {"error": "missing or invalid API key", "status": 401}
+
+
+class AuthGateway:
+    """401 without a valid key, 429 over the tenant's rate; sets ``scope['state']['tenant']``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        settings: Settings,
+        directory: TenantDirectory | None = None,
+        limiter: RateLimiter | None = None,
+        metrics: Any = None,
+    ) -> None:
+        self.app = app
+        s = settings.security
+        self.mode = s.auth
+        self.open_exact = frozenset(p for p in s.open_paths if not p.endswith("*"))
+        self.open_prefixes = tuple(p[:-1] for p in s.open_paths if p.endswith("*"))
+        self.directory = directory
+        if self.directory is None and self.mode != "off":
+            self.directory = TenantDirectory(tenant_store(settings), s.key_refresh_s).start()
+        self.limiter = limiter or rate_limiter(settings)
+        self._metrics = metrics
+
+    @property
+    def metrics(self) -> Any:
+        if self._metrics is None:
+            self._metrics = security_metrics()
+        return self._metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self._is_open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        d = self.directory
+        required = self.mode == "on" or (self.mode == "auto" and d is not None and d.any_tenants)
+        if self.mode != "off" and (d is None or not d.loaded):
+            await _reply(scope, send, 503, {"error": "tenants unavailable", "status": 503})
+            return
+        if not required:
+            await self._pass(scope, receive, send, DEFAULT_TENANT)
+            return
+        assert d is not None
+        tenant = d.authenticate(_key_from(scope["headers"]))
+        if tenant is None:
+            self.metrics.auth_rejected.inc()
+            await _reply(scope, send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+            return
+        wait = self.limiter.take(tenant.name, tenant.rate, tenant.burst)
+        if wait > 0:
+            self.metrics.tenant_requests.labels(tenant.name, "throttled").inc()
+            seconds = retry_after(wait)
+            body = {
+                "error": f"rate limit of tenant {tenant.name!r} exceeded "
+                f"({tenant.rate:g}/s, burst {tenant.burst}); retry after {seconds}s",
+                "status": 429,
+            }
+            await _reply(scope, send, 429, body, [(b"retry-after", str(seconds).encode())])
+            return
+        self.metrics.tenant_requests.labels(tenant.name, "allowed").inc()
+        await self._pass(scope, receive, send, tenant.name, tenant.pin)
+
+    def _is_open(self, path: str) -> bool:
+        return path in self.open_exact or path.startswith(self.open_prefixes or ("\0",))
+
+    async def _pass(
+        self, scope: Scope, receive: Receive, send: Send, tenant: str, pin: str | None = None
+    ) -> None:
+        state = dict(scope.get("state") or {})
+        state["tenant"] = tenant
+        state["pin"] = pin
+        await self.app({**scope, "state": state}, receive, send)
+
+
+def _key_from(headers: list[tuple[bytes, bytes]]) -> str | None:
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return token.strip().decode("latin-1")
+        elif name == b"x-api-key" and value.strip():
+            return value.strip().decode("latin-1")
+    return None
+
+
+async def _reply(
+    scope: Scope,
+    send: Send,
+    status: int,
+    body: dict[str, Any],
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await send_json(send, status, body, extra or [])
+
+
+class SecurityMetrics:
+    """Per-tenant request counters and auth failures (prometheus-client, imported late)."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Counter
+
+        reg = registry or REGISTRY
+        self.tenant_requests = Counter(
+            "mlpipe_tenant_requests",
+            "Authenticated requests per tenant (allowed or throttled with 429)",
+            ["tenant", "result"],
+            registry=reg,
+        )
+        self.auth_rejected = Counter(
+            "mlpipe_auth_rejected", "Requests refused with 401", registry=reg
+        )
+
+
+_lock = threading.Lock()
+_metrics: SecurityMetrics | None = None
+
+
+def security_metrics() -> SecurityMetrics:
+    """The process's security metrics (default registry, created once)."""
+    global _metrics
+    with _lock:
+        if _metrics is None:
+            _metrics = SecurityMetrics()
+        return _metrics
+
+
+__all__ = ["DEFAULT_TENANT", "UNAUTHORIZED", "AuthGateway", "SecurityMetrics", "security_metrics"]

@@ -1,0 +1,54 @@
+"""The server's last-resort deadline: 504 when a request outlives ``traffic.timeout``.
+
+BentoML's own ``TimeoutMiddleware`` (bentoml 1.4) does the same job, but it
+starts one task per request and schedules a timer with ``loop.call_later`` that
+it never cancels. A timer keeps its callback's future and a copy of the
+request's context (OpenTelemetry span included) alive for the whole timeout
+(``request_timeout_s`` + 5 s), so at ~2,000 requests/s a worker carried
+~0.5 M such objects into the oldest GC generation, and each full collection
+scanned them: stalls of 200-700 ms that grew with the run and set the p99
+(decision 006). :class:`Deadline` keeps BentoML's contract
+(a 504 JSON answer if no response has started in time; none once it has) with
+``asyncio.timeout``, whose timer is cancelled the moment the request is done.
+:func:`~mlpipe.serving._bentoml_patches.use_deadline` puts it in BentoML's place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from mlpipe.serving._asgi import ASGIApp, Message, Receive, Scope, Send, send_json
+
+
+class Deadline:
+    """504 if ``app`` has not started its response within ``timeout`` seconds."""
+
+    def __init__(self, app: ASGIApp, timeout: float) -> None:
+        self.app = app
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        deadline = asyncio.timeout(self.timeout)
+
+        async def send_started(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                deadline.reschedule(None)  # an answer has begun: let it finish
+            await send(message)
+
+        try:
+            async with deadline:
+                await self.app(scope, receive, send_started)
+        except TimeoutError:
+            if started or not deadline.expired():  # the app's own TimeoutError
+                raise
+            error = f"Not able to process the request in {self.timeout:g} seconds"
+            await send_json(send, 504, {"error": error, "status": 504})
+
+
+__all__ = ["Deadline"]

@@ -1,0 +1,241 @@
+"""The gateway: pure-ASGI middleware that answers ``POST /predict`` through BentoML's batcher.
+
+``/predict`` takes one object and returns one object; BentoML's adaptive batcher
+merges them into the batches the pipeline scores. This layer, per request and
+before the request joins a batch:
+
+- refuses malformed JSON (400); the body's size was checked by the intake (413),
+  which sits above this layer in the stack (:mod:`mlpipe.serving._stack`);
+- validates it (pydantic; 422 naming the field), checks the model is served
+  here (404) and that the inputs it needs are there (422);
+- sets ``request_id`` (if absent), ``received_ns`` (when the intake saw the
+  request arrive, else now), ``tenant`` and ``pin``;
+- awaits its answer from ``batch`` (in the service: BentoML's batcher for the
+  ``predict`` API, called directly, not through BentoML's HTTP route, which
+  parsed, validated and serialized every request a second time: half the
+  server's CPU a request; decision 018) and gives an error item its own status.
+
+Every error body is ``{"error": ..., "status": ..., "field": ...}``; statuses
+come from :mod:`mlpipe.errors` in :func:`~mlpipe.serving._error_bodies.error_for`,
+the one place that maps them. A rejected request never reaches the pipeline, so
+it leaves no log row.
+
+BentoML's OpenAPI document (``/docs.json``) describes the batch API it serves,
+a list of requests; the gateway rewrites the ``/predict`` operation in it to the
+one-object contract clients actually use, and adds the Open Inference Protocol
+routes (:func:`~mlpipe.serving._oip_schema.openapi`), which BentoML never sees, so
+clients and fuzzers generated from the document send what the service accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from pydantic import ValidationError
+
+from mlpipe.errors import MlpipeError
+from mlpipe.serving import _oip_schema, _runtime
+from mlpipe.serving._asgi import (
+    ASGIApp,
+    ClientDisconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    read_body,
+)
+from mlpipe.serving._error_bodies import error_body, error_for
+from mlpipe.serving._ids import new_request_id
+from mlpipe.serving._refusal import refuse
+from mlpipe.serving._runtime import ServingRuntime
+from mlpipe.serving._schema import PredictRequest, PredictResponse, describe_validation_error
+
+_JSON = [(b"content-type", b"application/json")]
+logger = logging.getLogger("mlpipe.serving.gateway")
+_DOCS = "/docs.json"
+_ENCODE = msgspec.json.encode
+_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error", "status"],
+    "properties": {
+        "error": {"type": "string"},
+        "status": {"type": "integer"},
+        "field": {"type": "string"},
+        "request_id": {"type": "string"},
+    },
+}
+_ERRORS = {
+    "400": "Malformed JSON",
+    "401": "Missing or invalid API key",
+    "404": "Model not deployed here",
+    "408": "Body not received within serving.request_timeout_s (Connection: close)",
+    "413": "Body over the limit",
+    "415": "Body not JSON (Content-Type other than application/json)",
+    "422": "Invalid request, or an input the model rejects",
+    "429": "Tenant over its rate limit (Retry-After)",
+    "500": "The model failed on this request",
+    "503": "Not ready or overloaded (Retry-After)",
+}
+
+
+# Answers one request as part of a batch: BentoML's adaptive batcher in the service.
+Batch = Callable[[PredictRequest], Awaitable[dict[str, Any]]]
+
+
+def _status_of(exc: Exception) -> int:
+    """The HTTP status an exception carries (BentoML's ``error_code``), else 500."""
+    code = getattr(exc, "error_code", None)
+    try:
+        return int(code) if code is not None else 500
+    except (TypeError, ValueError):
+        return 500
+
+
+class PredictGateway:
+    """Wraps the BentoML app; only ``POST {path}`` is answered here, through ``batch``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        batch: Batch,
+        path: str = "/predict",
+        response_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
+    ) -> None:
+        self.app = app
+        self.batch = batch
+        self.path = path
+        self.response_headers = response_headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == _DOCS and scope["method"] == "GET":
+            await self._docs(scope, receive, send)
+            return
+        if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        rt = _runtime.current()
+        started = time.perf_counter()
+        try:
+            body = await read_body(scope, receive)  # the intake held it to max_body_bytes
+        except ClientDisconnected:
+            return  # nobody to answer
+        try:
+            req = PredictRequest.model_validate_json(body)
+        except ValidationError as exc:
+            field, message = describe_validation_error(exc)
+            if exc.errors()[0]["type"] == "json_invalid":
+                await refuse(send, error_body(f"malformed JSON: {message}", 400))
+            else:
+                await refuse(send, error_body(message, 422, field))
+            return
+        if rt is None or not rt.ready:
+            await refuse(send, error_body("not ready: models still loading", 503))
+            return
+        try:
+            rt.pipeline.check(req)
+        except MlpipeError as exc:
+            await refuse(send, error_for(exc))
+            return
+        state = scope.get("state") or {}
+        req = req.model_copy(
+            update={
+                "request_id": req.request_id or new_request_id(),
+                "received_ns": state.get("received_ns") or time.time_ns(),
+                "tenant": state.get("tenant", "default"),
+                "pin": state.get("pin"),
+            }
+        )
+        await self._answer(send, rt, req, started)
+
+    async def _answer(
+        self, send: Send, rt: ServingRuntime, req: PredictRequest, started: float
+    ) -> None:
+        """Hand ``req`` to the batcher and answer with its result, or its error's status."""
+        try:
+            result = await self.batch(req)
+        except Exception as exc:  # the batcher's refusal (503) or a failed batch (500)
+            status = _status_of(exc)
+            if status >= 500 and status != 503:
+                logger.exception("batch with request %s failed", req.request_id)
+            message = str(exc) if status == 503 else "the batch failed; see the server log"
+            body = {**error_body(message, status), "request_id": req.request_id}
+            await refuse(send, body)
+            return
+        if "error" in result:
+            await refuse(send, result)
+            return
+        rt.metrics.latency.labels(req.model, result["arm"]).observe(time.perf_counter() - started)
+        data = _ENCODE(result)
+        headers = [*_JSON, (b"content-length", str(len(data)).encode())]
+        if self.response_headers is not None:
+            headers += self.response_headers()
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+
+    async def _docs(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass ``/docs.json`` through with ``/predict`` rewritten and the ``/v2`` routes added."""
+
+        async def finish(start: Message, body: bytes) -> None:
+            if start.get("status") == 200:
+                body = json.dumps(self._one_object_contract(json.loads(body))).encode()
+            headers = [(k, v) for k, v in start.get("headers", []) if k != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+        await self.app(scope, receive, _buffered(send, finish))
+
+    def _one_object_contract(self, doc: dict[str, Any]) -> dict[str, Any]:
+        operation = doc.get("paths", {}).get(self.path, {}).get("post")
+        if operation is None:
+            return doc
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        oip_paths, oip_schemas = _oip_schema.openapi("ErrorBody")
+        doc["paths"].update(oip_paths)
+        schemas.update(oip_schemas)
+        ref = "#/components/schemas/{model}"
+        schemas.setdefault("PredictRequest", PredictRequest.model_json_schema(ref_template=ref))
+        schemas["PredictResponse"] = PredictResponse.model_json_schema(ref_template=ref)
+        schemas["ErrorBody"] = _ERROR_SCHEMA
+        operation["requestBody"] = {"required": True, "content": _json_of("PredictRequest")}
+        operation["responses"] = {
+            "200": {"description": "The prediction", "content": _json_of("PredictResponse")},
+            **{
+                code: {"description": text, "content": _json_of("ErrorBody")}
+                for code, text in _ERRORS.items()
+            },
+        }
+        return doc
+
+
+def _json_of(schema: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
+
+
+def _buffered(send: Send, finish: Callable[[Message, bytes], Awaitable[None]]) -> Send:
+    """An ASGI ``send`` that holds the response back and hands (start, whole body) to ``finish``."""
+    start: Message = {}
+    chunks: list[bytes] = []
+
+    async def capture(message: Message) -> None:
+        nonlocal start
+        if message["type"] == "http.response.start":
+            start = message
+            return
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            await finish(start, b"".join(chunks))
+
+    return capture
+
+
+__all__ = ["PredictGateway"]

@@ -1,0 +1,106 @@
+"""Prometheus metrics of the request path, added to BentoML's own on ``/metrics``.
+
+prometheus-client is imported on first use, not at module import: BentoML sets
+``PROMETHEUS_MULTIPROC_DIR`` in each worker after the service module is
+imported, and a client imported earlier would keep its values in memory where
+``/metrics`` never sees them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+@dataclass(frozen=True)
+class ServingMetrics:
+    predictions: Any  # Counter{model, version, arm}
+    latency: Any  # Histogram{model, arm}, seconds in the gateway
+    rejected: Any  # Counter{status}
+    feature_cache: Any  # Counter{model, result=hit|miss}
+    prediction_cache: Any  # Counter{model, result=hit|miss}
+    features_missing: Any  # Counter{model, feature}
+    shadow: Any  # Counter{model, version, result=scored|dropped|failed}
+    reloads: Any  # Counter{model, result=loaded|refused}
+    batch_size: Any  # Histogram, requests per pipeline batch
+    predlog_errors: Any  # Counter{policy}, rows the prediction log failed to write
+
+
+# field → (name, help, labels) of each counter
+_COUNTERS = {
+    "predictions": ("mlpipe_predictions", "Answered predictions", ["model", "version", "arm"]),
+    "rejected": ("mlpipe_rejected_requests", "Requests answered with an error", ["status"]),
+    "feature_cache": (
+        "mlpipe_feature_cache_lookups",
+        "Feature-cache lookups",
+        ["model", "result"],
+    ),
+    "prediction_cache": (
+        "mlpipe_prediction_cache_lookups",
+        "Prediction-cache lookups",
+        ["model", "result"],
+    ),
+    "features_missing": (
+        "mlpipe_features_missing",
+        "Model inputs filled with a default",
+        ["model", "feature"],
+    ),
+    "shadow": (
+        "mlpipe_shadow_predictions",
+        "Shadow scoring outcomes",
+        ["model", "version", "result"],
+    ),
+    "reloads": (
+        "mlpipe_generation_loads",
+        "Deployment generations loaded or refused",
+        ["model", "result"],
+    ),
+    "predlog_errors": (
+        "mlpipe_predlog_write_errors",
+        "Prediction-log rows whose write failed (policy: fail_closed refused them)",
+        ["policy"],
+    ),
+}
+
+_lock = threading.Lock()
+_metrics: ServingMetrics | None = None
+
+
+def serving_metrics(registry: Any = None) -> ServingMetrics:
+    """The process's metrics (created once, in the default registry unless one is given)."""
+    global _metrics
+    with _lock:
+        if _metrics is not None and registry is None:
+            return _metrics
+        from prometheus_client import REGISTRY, Counter, Histogram
+
+        reg = registry or REGISTRY
+        counters = {
+            field: Counter(name, text, labels, registry=reg)
+            for field, (name, text, labels) in _COUNTERS.items()
+        }
+        m = ServingMetrics(
+            **counters,
+            latency=Histogram(
+                "mlpipe_request_latency_seconds",
+                "Gateway latency of /predict",
+                ["model", "arm"],
+                buckets=LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            batch_size=Histogram(
+                "mlpipe_pipeline_batch_size",
+                "Requests per pipeline batch",
+                buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+                registry=reg,
+            ),
+        )
+        if registry is None:
+            _metrics = m
+        return m
+
+
+__all__ = ["LATENCY_BUCKETS", "ServingMetrics", "serving_metrics"]

@@ -1,0 +1,277 @@
+"""The Open Inference Protocol's tensors: infer requests into ``/predict`` rows, answers back.
+
+:func:`decode_request` reads the JSON part of a request (validated against
+:class:`~mlpipe.serving._oip_schema.InferenceRequest`) and each input's data,
+as JSON or in Triton's binary tensor extension; :func:`request_rows` turns the
+tensors into one ``/predict`` body per row, by the model's inputs
+(:func:`model_metadata`); :func:`encode_response` puts the answers back
+together as output tensors, binary where the request asked. Everything a
+request can get wrong raises :class:`ProtocolError` with the status to answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from mlpipe.serving._oip_schema import InferenceRequest
+from mlpipe.serving._schema import describe_validation_error
+
+MATRIX_INPUT = "features"
+OUTPUTS = {
+    "score": "FP64",
+    "label": "INT64",
+    "version": "BYTES",
+    "arm": "BYTES",
+    "request_id": "BYTES",
+}
+_NUMPY = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+
+
+class ProtocolError(Exception):
+    """A request this layer refuses before anything reaches ``/predict``."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _inputs_of(served: Any) -> tuple[list[str], list[str]]:
+    """(request-time features in the champion's order, entity join keys) over the primaries."""
+    features: list[str] = []
+    keys: list[str] = []
+    for plan in served.primary_versions():
+        features += [f for f in plan.model.features if f in plan.request_features]
+        if plan.spec is not None:
+            keys += list(plan.spec.join_keys)
+    return list(dict.fromkeys(features)), list(dict.fromkeys(keys))
+
+
+def model_metadata(served: Any) -> dict[str, Any]:
+    """``GET /v2/models/{name}``: versions answering now, the inputs they need, the outputs."""
+    features, keys = _inputs_of(served)
+    return {
+        "name": served.name,
+        "versions": [plan.version for plan in served.primary_versions()],
+        "platform": "mlpipe",
+        "inputs": [{"name": k, "datatype": "INT64", "shape": [-1]} for k in keys]
+        + [{"name": f, "datatype": "FP64", "shape": [-1]} for f in features],
+        "outputs": [{"name": n, "datatype": t, "shape": [-1]} for n, t in OUTPUTS.items()],
+        "parameters": {"generation": served.generation},
+    }
+
+
+def decode_request(body: bytes, header_len: int | None) -> dict[str, Any]:
+    """The JSON part of an infer request, each input's ``data`` as a flat numpy array."""
+    head, binary = (body, b"") if header_len is None else (body[:header_len], body[header_len:])
+    try:
+        request = InferenceRequest.model_validate_json(head).model_dump()
+    except ValidationError as exc:
+        _, message = describe_validation_error(exc)
+        if exc.errors()[0]["type"] == "json_invalid":
+            message = f"malformed JSON: {message}"
+        raise ProtocolError(message) from exc
+    offset = 0
+    for tensor in request["inputs"]:
+        name, dtype, shape = tensor["name"], tensor["datatype"], tensor["shape"]
+        size = (tensor["parameters"] or {}).get("binary_data_size")
+        if size is not None:
+            chunk = binary[offset : offset + size]
+            if len(chunk) != size:
+                raise ProtocolError(f"inputs.{name}: binary data shorter than binary_data_size")
+            offset += size
+            values = _from_binary(chunk, dtype, name)
+        elif tensor["data"] is not None:
+            values = _from_json(tensor["data"], dtype, name)
+        else:
+            raise ProtocolError(f"inputs.{name}: neither data nor binary_data_size")
+        if values.size != math.prod(shape):
+            raise ProtocolError(f"inputs.{name}: {values.size} values for shape {shape}")
+        tensor["values"] = values.reshape(shape)
+    return request
+
+
+def _from_binary(chunk: bytes, dtype: str, name: str) -> np.ndarray:
+    try:
+        if dtype != "BYTES":
+            return np.frombuffer(chunk, dtype=np.dtype(_NUMPY[dtype]).newbyteorder("<"))
+        items: list[str] = []
+        pos = 0
+        while pos < len(chunk):
+            (n,) = struct.unpack_from("<I", chunk, pos)
+            if pos + 4 + n > len(chunk):
+                raise ValueError("an element runs past the end of the data")
+            items.append(chunk[pos + 4 : pos + 4 + n].decode())
+            pos += 4 + n
+    except (ValueError, struct.error) as exc:  # UnicodeDecodeError is a ValueError
+        raise ProtocolError(f"inputs.{name}: binary data is not {dtype}: {exc}") from exc
+    return np.array(items, dtype=object)
+
+
+def _from_json(data: Any, dtype: str, name: str) -> np.ndarray:
+    try:
+        if dtype == "BYTES":
+            return np.array(data, dtype=object).ravel()
+        return np.asarray(data, dtype=_NUMPY[dtype]).ravel()
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"inputs.{name}: data is not {dtype}: {exc}") from exc
+
+
+def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[dict[str, Any]]:
+    """One ``/predict`` body per row of the request's tensors."""
+    features, keys = _inputs_of(served)
+    columns: dict[str, np.ndarray] = {}
+    for tensor in request["inputs"]:
+        name, values = tensor["name"], tensor["values"]
+        if name == MATRIX_INPUT and values.ndim == 2 and MATRIX_INPUT not in features:
+            if values.shape[1] != len(features):
+                raise ProtocolError(
+                    f"inputs.{name}: {values.shape[1]} columns, the model takes "
+                    f"{len(features)} ({', '.join(features)})"
+                )
+            columns.update({f: values[:, j] for j, f in enumerate(features)})
+        elif name in features or name in keys:
+            if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+                raise ProtocolError(f"inputs.{name}: shape must be [N] or [N, 1]")
+            columns[name] = values.reshape(-1)
+        else:
+            raise ProtocolError(
+                f"inputs.{name}: not an input of {served.name} "
+                f"(inputs: {', '.join([*keys, *features]) or 'none'})"
+            )
+    for name in features:
+        if name not in columns:
+            continue
+        try:
+            columns[name] = columns[name].astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
+        if not np.isfinite(columns[name]).all():
+            raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise ProtocolError("inputs: every tensor must have the same number of rows")
+    n = lengths.pop() if lengths else 0
+    if not 0 < n <= max_rows:
+        raise ProtocolError(f"inputs: between 1 and {max_rows} rows per request, got {n}")
+    request_id = request.get("id")
+    rows = []
+    for i in range(n):
+        row: dict[str, Any] = {
+            "model": served.name,
+            "entity": {k: _entity_value(k, columns[k][i]) for k in keys if k in columns},
+            "features": {f: float(columns[f][i]) for f in features if f in columns},
+        }
+        if isinstance(request_id, str) and request_id:
+            row["request_id"] = request_id if n == 1 else f"{request_id}-{i}"
+        rows.append(row)
+    return rows
+
+
+def _entity_value(name: str, value: Any) -> int | str:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, str):
+        return value
+    try:
+        if isinstance(value, float | np.floating) and not float(value).is_integer():
+            raise ValueError(f"{value} is not a whole number")
+        return int(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"inputs.{name}: a join key is an integer or a string") from exc
+
+
+def encode_response(
+    model: str, request: dict[str, Any], answers: list[dict[str, Any]]
+) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """(body, headers) of the infer response; binary tensors where the request asked."""
+    wanted = request.get("outputs")
+    names = requested_outputs(request)
+    binary_default = bool((request.get("parameters") or {}).get("binary_data_output", False))
+    binary_of = dict.fromkeys(names, binary_default)
+    for o in wanted or []:
+        binary_of[o["name"]] = bool((o.get("parameters") or {}).get("binary_data", False))
+    versions = sorted({str(a["version"]) for a in answers})
+    outputs: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name in names:
+        dtype = OUTPUTS[name]
+        values = [a[name] for a in answers]
+        tensor: dict[str, Any] = {"name": name, "datatype": dtype, "shape": [len(values)]}
+        if binary_of[name]:
+            blob = _to_binary(values, dtype)
+            tensor["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            tensor["data"] = values
+        outputs.append(tensor)
+    response: dict[str, Any] = {
+        "model_name": model,
+        "model_version": ",".join(versions),
+        "outputs": outputs,
+        "parameters": {"generation": answers[0]["generation"]},
+    }
+    if request.get("id"):
+        response["id"] = request["id"]
+    head = json.dumps(response).encode()
+    if not blobs:
+        return head, [(b"content-type", b"application/json")]
+    headers = [
+        (b"content-type", b"application/octet-stream"),
+        (b"inference-header-content-length", str(len(head)).encode()),
+    ]
+    return head + b"".join(blobs), headers
+
+
+def requested_outputs(request: dict[str, Any]) -> list[str]:
+    """The output names the request asks for (all when it names none); raises on unknown ones."""
+    wanted = request.get("outputs")
+    if not wanted:
+        return list(OUTPUTS)
+    if not isinstance(wanted, list) or not all(isinstance(o, dict) for o in wanted):
+        raise ProtocolError('outputs: a list of {"name": ...} objects')
+    names = [o.get("name") for o in wanted]
+    unknown = [n for n in names if n not in OUTPUTS]
+    if unknown:
+        raise ProtocolError(f"outputs: unknown output(s) {unknown}; known: {', '.join(OUTPUTS)}")
+    return names
+
+
+def _to_binary(values: list[Any], dtype: str) -> bytes:
+    if dtype != "BYTES":
+        return np.asarray(values, dtype=np.dtype(_NUMPY[dtype]).newbyteorder("<")).tobytes()
+    out = bytearray()
+    for v in values:
+        raw = str(v).encode()
+        out += struct.pack("<I", len(raw)) + raw
+    return bytes(out)
+
+
+__all__ = [
+    "MATRIX_INPUT",
+    "OUTPUTS",
+    "ProtocolError",
+    "decode_request",
+    "encode_response",
+    "model_metadata",
+    "request_rows",
+    "requested_outputs",
+]

@@ -1,0 +1,133 @@
+"""Load shedding for scoring requests: fast 503s, and a bounded number in flight per worker.
+
+Two pieces, because refusing has to be cheap. Above saturation a refusal that
+went through BentoML's middleware (metrics, a tracing span per request and per
+send, the deadline) and mlpipe's (keys, intake) cost about half as much CPU as
+a served request, so the refusals themselves took the CPU the admitted
+requests needed and goodput collapsed (decision 009).
+
+- :class:`FrontDoor` wraps the whole app, before anything else runs, and
+  refuses a scoring request (``/predict``, ``/v2/models/…/infer``) while the
+  worker is saturated or its models are still loading. It holds no slot.
+- :class:`OverloadGate` sits after the intake, so a client still sending its
+  body holds nothing; it counts the requests in flight and refuses the few
+  that pass the front door in the same instant as the last free slot is taken.
+
+Both decide on the worker's one :class:`~mlpipe.serving.Admission`.
+
+A refusal is 503 with a JSON body and ``Retry-After``. While the worker is
+still loading (say it just restarted after a crash) it also says
+``Connection: close``, so the client reconnects and may land on a worker that
+is ready. An overloaded worker keeps the connection: a reconnect per refusal
+cost both sides more CPU just when there was none to spare (above saturation
+the accepted p99 was several times higher with it; decision 007).
+
+Workers share one listening socket, and the one that wakes first accepts a
+whole burst of new connections, so keep-alive clients can all end up on one
+worker. Every ``reconnect_every``-th answer therefore says ``Connection:
+close``: the client reconnects, and whichever worker is free to accept takes it
+(decision 007).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mlpipe.serving import _runtime
+from mlpipe.serving._admission import Admission
+from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Message, Receive, Scope, Send
+from mlpipe.serving._error_bodies import error_body
+from mlpipe.serving._oip_schema import PREFIX as _OIP
+from mlpipe.serving._refusal import refuse
+
+
+def _is_scoring(scope: Scope) -> bool:
+    """An HTTP request for a prediction: ``/predict`` or an Open Inference Protocol infer."""
+    if scope["type"] != "http":
+        return False
+    path = scope["path"]
+    return path == "/predict" or (path.startswith(_OIP + "/models/") and path.endswith("/infer"))
+
+
+class FrontDoor:
+    """Refuse scoring requests at once while not ready or saturated; pass everything else."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        admission: Admission,
+        retry_after_s: int = 1,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
+        self.app = app
+        self.admission = admission
+        self.retry_after = (b"retry-after", str(retry_after_s).encode())
+        self._ready = ready or _runtime_ready
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_scoring(scope):
+            if not self._ready():
+                body = error_body("not ready: models still loading", 503)
+                await refuse(send, body, [self.retry_after, CONNECTION_CLOSE])
+                return
+            if self.admission.saturated():
+                await refuse(send, error_body(self.admission.overloaded(), 503), [self.retry_after])
+                return
+        await self.app(scope, receive, send)
+
+
+class OverloadGate:
+    """Count ``path`` requests in flight; 503 + ``Retry-After`` beyond the admission's bound."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        admission: Admission,
+        retry_after_s: int = 1,
+        reconnect_every: int = 0,
+        path: str = "/predict",
+    ) -> None:
+        self.app = app
+        self.admission = admission
+        self.retry_after = (b"retry-after", str(retry_after_s).encode())
+        self.reconnect_every = reconnect_every
+        self.path = path
+        self._admitted = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.path:
+            await self.app(scope, receive, send)
+            return
+        admission = self.admission
+        if admission.saturated():
+            await refuse(send, error_body(admission.overloaded(), 503), [self.retry_after])
+            return
+        self._admitted += 1
+        if self.reconnect_every and self._admitted % self.reconnect_every == 0:
+            send = _closing(send)
+        admission.hold()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            admission.release()
+
+
+def _closing(send: Send) -> Send:
+    """``send`` with ``Connection: close`` added to the response head."""
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), CONNECTION_CLOSE]}
+        await send(message)
+
+    return closing
+
+
+def _runtime_ready() -> bool:
+    rt = _runtime.current()
+    return rt is not None and rt.ready
+
+
+__all__ = ["FrontDoor", "OverloadGate"]

@@ -1,0 +1,388 @@
+"""The request pipeline, with the batch as its unit.
+
+For a batch of validated requests: route each (sticky canary split, shadow
+sample) → fetch features for the whole batch, one online-store call per
+feature service → build each request's input vector in its version's order
+(defaults for missing store features, flagged) → prediction cache → score the
+misses, one vectorized call per version → label by the version's threshold →
+append every row to the prediction log in one write → answer. Shadow
+versions are scored afterwards on a background thread, logged with arm
+``shadow`` and never returned.
+
+A model that raises (or returns a non-finite score) for a version group is
+retried row by row, so a poison request fails alone: it gets an error body
+(422 when the model rejected the input with a ``ValueError``, else 500), no
+log row, and the rest of the batch is answered as usual.
+
+A request still unanswered ``serving.request_timeout_s`` after it arrived
+(it queued too long) gets 504 and is logged with status ``timeout``, never as
+an answer. When the log write fails (disk full), ``predlog.on_write_error``
+decides: ``fail_closed`` answers the batch with 503, ``fail_open`` answers it
+and counts the lost rows; both are logged and counted in ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from threading import Lock
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from mlpipe.errors import InvalidInput, NotFound
+from mlpipe.predlog import Arm, PiiHasher, PredictionRecord
+from mlpipe.routing import entity_key
+from mlpipe.serving._caches import LRUCache, normalized_vector
+from mlpipe.serving._error_bodies import ModelFailure, error_body, model_error
+from mlpipe.serving._generations import GenerationLoader, ServingModel, VersionPlan
+from mlpipe.serving._log_failures import LogFailurePolicy
+from mlpipe.serving._online_features import FeatureFetcher, OnlineFeatureFetcher
+from mlpipe.serving._schema import PredictRequest
+
+if TYPE_CHECKING:
+    from mlpipe.config import Settings
+    from mlpipe.predlog import PredictionSink
+    from mlpipe.serving._metrics import ServingMetrics
+
+logger = logging.getLogger("mlpipe.serving")
+
+MAX_SHADOW_BACKLOG = 256  # batches; beyond it shadow work is dropped (and counted)
+
+
+@dataclass(slots=True)
+class _Item:
+    """One request on its way through a batch."""
+
+    req: PredictRequest
+    index: int
+    served: ServingModel
+    plan: VersionPlan
+    arm: Arm
+    key: str
+    shadow: str | None = None
+    vector: list[float] | None = None
+    missing: list[str] | None = None
+    feature_hit: bool = False
+    score: float | None = None
+    cache_hit: bool = False
+    error: dict[str, Any] | None = None  # set when the model could not score this request
+    status: Literal["ok", "timeout"] = "ok"  # the log row's status; "timeout" for a 504
+
+
+class ScoringPipeline:
+    """Scores batches of :class:`PredictRequest` against the loaded generation."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        loader: GenerationLoader,
+        sink: PredictionSink,
+        *,
+        fetch_features: FeatureFetcher | None = None,
+        metrics: ServingMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.loader = loader
+        self.sink = sink
+        self.metrics = metrics
+        self._fetch = fetch_features or OnlineFeatureFetcher(settings)
+        self._cache: LRUCache[float] = LRUCache(settings.serving.prediction_cache_size)
+        self._pii = PiiHasher(settings.pii_fields, settings.pii_key)
+        self._shadow_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-shadow")
+        self._shadow_backlog = 0
+        self._shadow_lock = Lock()
+        self._timeout_ns = int(settings.serving.request_timeout_s * 1e9)
+        self._log_failures = LogFailurePolicy(settings.predlog.on_write_error)
+
+    # -- validation (the gateway calls this before a request joins a batch) --
+
+    def check(self, req: PredictRequest) -> None:
+        """Raise NotFound for an unknown model, InvalidInput naming a missing input."""
+        served = self.loader.models.get(req.model)
+        if served is None:
+            known = ", ".join(sorted(self.loader.models)) or "none"
+            raise NotFound(f"model {req.model!r} is not deployed here (serving: {known})")
+        for plan in served.primary_versions():
+            if plan.spec is not None:
+                for key in plan.spec.join_keys:
+                    if key not in req.entity:
+                        raise InvalidInput(f"entity.{key}: required by {plan.spec.name}")
+            for name in plan.request_features:
+                if name not in req.features:
+                    raise InvalidInput(f"features.{name}: required request-time input")
+
+    # -- the batch --
+
+    def predict_batch(self, requests: Sequence[PredictRequest]) -> list[dict[str, Any]]:
+        """One response (or error body with ``status``) per request, in order.
+
+        The rows of every answered request are in the prediction log (an OS
+        write) before this returns; if that write fails, it raises and no
+        request of the batch is answered.
+        """
+        results: list[dict[str, Any]] = [{} for _ in requests]
+        items: list[_Item] = []
+        for i, req in enumerate(requests):
+            served = self.loader.models.get(req.model)
+            if served is None:
+                results[i] = error_body(f"model {req.model!r} is not deployed here", 404)
+                continue
+            key = entity_key(req.entity) if req.entity else f"request_id={req.request_id}"
+            d = served.router.route(key, req.pin)
+            items.append(_Item(req, i, served, served.versions[d.version], d.arm, key, d.shadow))
+        if self.metrics:
+            self.metrics.batch_size.observe(len(requests))
+        self._features(items)
+        self._score(items)
+        self._expire(items)
+        self._append(items)
+        answered = [it for it in items if it.error is None]
+        for it in items:
+            if it.error is not None:
+                results[it.index] = {**it.error, "request_id": it.req.request_id}
+                continue
+            results[it.index] = {
+                "request_id": it.req.request_id,
+                "model": it.served.name,
+                "version": it.plan.version,
+                "arm": it.arm,
+                "generation": it.served.generation,
+                "score": it.score,
+                "label": int(it.score >= it.plan.model.threshold),
+                "features_missing": it.missing,
+                "cache_hit": it.cache_hit,
+            }
+        self._count(answered)
+        shadows = [it for it in answered if it.shadow is not None]
+        if shadows:
+            self._submit_shadow(shadows)
+        return results
+
+    def close(self) -> None:
+        self._shadow_pool.shutdown(wait=True)
+
+    # -- the log, and what must not be answered --
+
+    def _expire(self, items: Sequence[_Item]) -> None:
+        """504 for every scored request that has outlived ``serving.request_timeout_s``."""
+        now = time.time_ns()
+        for it in items:
+            received = it.req.received_ns
+            if it.error is None and received and now - received > self._timeout_ns:
+                limit = self.settings.serving.request_timeout_s
+                it.error = error_body(f"request timed out: not answered within {limit:g} s", 504)
+                it.status = "timeout"
+
+    def _append(self, items: Sequence[_Item]) -> None:
+        """Log answered and timed-out requests in one write; apply the write-error policy."""
+        logged = [it for it in items if it.error is None or it.status == "timeout"]
+        try:
+            self.sink.append([self._record(it, it.arm) for it in logged])
+        except Exception as exc:
+            refusal = self._log_failures.record(exc, len(logged))
+            if self.metrics:
+                self.metrics.predlog_errors.labels(self._log_failures.policy).inc(len(logged))
+            if refusal is not None:
+                for it in logged:
+                    if it.error is None:
+                        it.error = refusal
+
+    # -- stages --
+
+    def _features(self, items: Sequence[_Item]) -> None:
+        by_service: dict[str, list[_Item]] = defaultdict(list)
+        for it in items:
+            if it.plan.spec is None:
+                self._vector(it, None)
+            else:
+                by_service[it.plan.spec.name].append(it)
+        for service, group in by_service.items():
+            spec = group[0].plan.spec
+            assert spec is not None  # grouped by it above
+            entities = [{k: it.req.entity[k] for k in spec.join_keys} for it in group]
+            try:
+                rows: list[Any] = self._fetch(service, entities)
+            except Exception:  # the online path never fails a request over features
+                logger.exception("feature fetch for %s failed; serving defaults", service)
+                rows = [None] * len(group)
+            for it, row in zip(group, rows, strict=True):
+                self._vector(it, row)
+
+    def _vector(self, it: _Item, row: Any) -> None:
+        plan, req = it.plan, it.req
+        defaults = plan.spec.defaults if plan.spec is not None else {}
+        vector: list[float] = []
+        missing: list[str] = []
+        row_missing = set(row.missing) if row is not None else set()
+        for name in plan.model.features:
+            if name in plan.store_features:
+                value = row.values.get(name) if row is not None else None
+                if row is None or name in row_missing or value is None:
+                    missing.append(name)
+                    if value is None:
+                        value = defaults.get(name, 0.0)
+            else:
+                value = req.features.get(name)
+                if value is None:
+                    missing.append(name)
+                    value = math.nan
+            vector.append(float(value))
+        it.vector, it.missing = vector, missing
+        it.feature_hit = bool(row is not None and row.cache_hit)
+
+    def _score(self, items: Sequence[_Item]) -> None:
+        pending: dict[tuple[str, str], list[tuple[_Item, tuple[Any, ...]]]] = defaultdict(list)
+        plans: dict[tuple[str, str], VersionPlan] = {}
+        for it in items:
+            plan = it.plan
+            key = (
+                it.served.name,
+                it.served.generation,
+                plan.version,
+                normalized_vector(it.vector or ()),
+            )
+            cached = self._cache.get(key)
+            if cached is not None:
+                it.score, it.cache_hit = cached, True
+            else:
+                group = (it.served.name, plan.version)
+                pending[group].append((it, key))
+                plans[group] = plan
+        for group, todo in pending.items():
+            model = plans[group].model
+            x = np.asarray([it.vector for it, _ in todo], dtype=np.float64)
+            try:
+                scores = _scores_of(model, x)
+            except Exception:
+                logger.exception(
+                    "scoring %d rows of %s/%s failed; retrying row by row", len(x), *group
+                )
+                self._score_rows(todo, model)
+                continue
+            for (it, key), score in zip(todo, scores, strict=True):
+                it.score = score
+                self._cache.put(key, score)
+
+    def _score_rows(self, todo: list[tuple[_Item, tuple[Any, ...]]], model: Any) -> None:
+        """Score each row alone; a row the model cannot score gets ``error`` and no score."""
+        for it, key in todo:
+            try:
+                (score,) = _scores_of(model, np.asarray([it.vector], dtype=np.float64))
+            except Exception as exc:
+                it.error = model_error(exc)
+                logger.warning(
+                    "request %s: %s/%s cannot score it (%s): %s",
+                    it.req.request_id,
+                    it.served.name,
+                    it.plan.version,
+                    it.error["status"],
+                    exc,
+                )
+                continue
+            it.score = score
+            self._cache.put(key, score)
+
+    def _record(self, it: _Item, arm: Arm) -> PredictionRecord:
+        plan = it.plan
+        req = it.req
+        vector = it.vector or []
+        features: dict[str, Any] = {
+            k: (None if math.isnan(v) else v)
+            for k, v in zip(plan.model.features, vector, strict=True)
+        }
+        entity: dict[str, Any] = dict(req.entity)
+        key = it.key
+        if self._pii:
+            features = self._pii.redact(features)
+            key = self._pii.redact_key(entity, key) if entity else key
+            entity = self._pii.redact(entity)
+        now = time.time_ns()
+        latency = (now - req.received_ns) / 1e6 if req.received_ns else 0.0
+        return PredictionRecord(
+            request_id=req.request_id or "",
+            ts=now / 1e9,
+            tenant=req.tenant,
+            model=it.served.name,
+            version=plan.version,
+            arm=arm,
+            generation=it.served.generation,
+            entity_key=key,
+            entity=entity,
+            features=features,
+            score=float(it.score),  # type: ignore[arg-type]
+            label=int(it.score >= plan.model.threshold),
+            latency_ms=latency,
+            feature_cache_hit=it.feature_hit,
+            prediction_cache_hit=it.cache_hit,
+            features_missing=list(it.missing or ()),
+            status=it.status,
+        )
+
+    def _count(self, items: Sequence[_Item]) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        answered = Counter((it.served.name, it.plan.version, it.arm) for it in items)
+        for labels, n in answered.items():
+            m.predictions.labels(*labels).inc(n)
+        fc = Counter((it.served.name, it.feature_hit) for it in items if it.plan.spec)
+        for (model, hit), n in fc.items():
+            m.feature_cache.labels(model, "hit" if hit else "miss").inc(n)
+        pc = Counter((it.served.name, it.cache_hit) for it in items)
+        for (model, hit), n in pc.items():
+            m.prediction_cache.labels(model, "hit" if hit else "miss").inc(n)
+        missing = Counter((it.served.name, f) for it in items for f in it.missing or ())
+        for (model, feature), n in missing.items():
+            m.features_missing.labels(model, feature).inc(n)
+
+    # -- shadow, off the response path --
+
+    def _submit_shadow(self, items: list[_Item]) -> None:
+        with self._shadow_lock:
+            if self._shadow_backlog >= MAX_SHADOW_BACKLOG:
+                if self.metrics:
+                    for it in items:
+                        self.metrics.shadow.labels(it.served.name, it.shadow, "dropped").inc()
+                return
+            self._shadow_backlog += 1
+        self._shadow_pool.submit(self._run_shadow, items)
+
+    def _run_shadow(self, items: list[_Item]) -> None:
+        try:
+            shadow_items = [
+                _Item(it.req, it.index, it.served, it.served.versions[it.shadow], "shadow", it.key)
+                for it in items
+                if it.shadow is not None
+            ]
+            self._features(shadow_items)
+            self._score(shadow_items)
+            self.sink.append([self._record(it, "shadow") for it in shadow_items if not it.error])
+            result = "scored"
+        except Exception:
+            logger.exception("shadow scoring failed for %d requests", len(items))
+            result = "failed"
+        finally:
+            with self._shadow_lock:
+                self._shadow_backlog -= 1
+        if self.metrics:
+            for labels, n in Counter((it.served.name, it.shadow) for it in items).items():
+                self.metrics.shadow.labels(*labels, result).inc(n)
+
+
+def _scores_of(model: Any, x: np.ndarray) -> list[float]:
+    """One finite float per row of ``x``; raises whatever the model raised, or ModelFailure."""
+    scores = np.asarray(model.predict_scores(x), dtype=np.float64).reshape(-1)
+    if scores.shape[0] != x.shape[0]:
+        raise ModelFailure(f"{scores.shape[0]} scores for {x.shape[0]} rows")
+    if not np.isfinite(scores).all():
+        raise ModelFailure("a non-finite score")
+    return scores.tolist()
+
+
+__all__ = ["ScoringPipeline"]

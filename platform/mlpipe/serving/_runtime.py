@@ -1,0 +1,75 @@
+"""One worker's serving state: loader, prediction log, pipeline and metrics.
+
+The BentoML service builds one :class:`ServingRuntime` per worker process and
+publishes it with :func:`set_current`, so the gateway middleware (built by
+Starlette in the same process) can validate against the same loaded models.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from mlpipe.predlog import open_sink
+from mlpipe.serving._generations import GenerationLoader
+from mlpipe.serving._ids import worker_id
+from mlpipe.serving._metrics import serving_metrics
+from mlpipe.serving._online_features import FeatureFetcher
+from mlpipe.serving._pipeline import ScoringPipeline
+
+if TYPE_CHECKING:
+    from mlpipe.config import Settings
+    from mlpipe.predlog import PredictionSink
+
+logger = logging.getLogger("mlpipe.serving")
+
+
+class ServingRuntime:
+    """Everything one worker needs to answer ``/predict``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        loader: GenerationLoader | None = None,
+        sink: PredictionSink | None = None,
+        fetch_features: FeatureFetcher | None = None,
+        metrics: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics if metrics is not None else serving_metrics()
+        self.loader = loader or GenerationLoader(settings, metrics=self.metrics)
+        self.sink = sink or open_sink(settings, worker_id())
+        self.pipeline = ScoringPipeline(
+            settings, self.loader, self.sink, fetch_features=fetch_features, metrics=self.metrics
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self.loader.ready
+
+    def start(self) -> ServingRuntime:
+        self.loader.start()
+        return self
+
+    def close(self) -> None:
+        """Stop polling, finish shadow work, close the open log segment."""
+        self.loader.stop()
+        self.pipeline.close()
+        self.sink.close()
+
+
+_current: ServingRuntime | None = None
+
+
+def set_current(runtime: ServingRuntime | None) -> None:
+    global _current
+    _current = runtime
+
+
+def current() -> ServingRuntime | None:
+    """This process's runtime, or None before the service has started."""
+    return _current
+
+
+__all__ = ["ServingRuntime", "current", "set_current"]

@@ -1,0 +1,109 @@
+"""The scoring service's request stack, outermost first: the one place its order is set.
+
+A request meets, in this order:
+
+1. :class:`~mlpipe.serving.FrontDoor`, around BentoML's whole app
+   (:func:`front_door`). It refuses a scoring request (503) while the worker's
+   models are loading or its :class:`~mlpipe.serving.Admission` is saturated,
+   before anything else runs: a refusal that went through the layers below
+   cost about half a served request, and above saturation those refusals took
+   the CPU the admitted requests needed (decision 009).
+2. BentoML's own middleware: its metrics, OpenTelemetry (spans only when
+   ``serving.tracing``; decision 013), and :class:`~mlpipe.serving.Deadline`
+   where BentoML's ``TimeoutMiddleware`` stood (decision 006; 504 at
+   ``request_timeout_s`` + 5 s, behind the pipeline's own 504 at
+   ``request_timeout_s``, which is logged).
+3. mlpipe's layers, :func:`request_stack`'s list, which the service adds with
+   ``add_asgi_middleware`` (BentoML puts the first added outermost):
+
+   a. :class:`~mlpipe.serving.AuthGateway`: keys and tenant rate limits (401,
+      429) first, so a request without a key or over its rate reads no body
+      and costs nothing below; it names the tenant (and its pinned arm) for
+      the log row and routing.
+   b. :class:`~mlpipe.serving.RequestIntake`: before anything reads a body,
+      on every path: JSON only (415), the size limit (413; the only place it
+      is enforced, so it sits above both ``/predict`` and ``/v2``), the whole
+      body within the request timeout (408); it stamps the arrival time the
+      504 deadline and the logged latency count from.
+   c. :class:`~mlpipe.serving.InferenceProtocol`: ``/v2`` in front of
+      ``/predict``. An infer request becomes one ``/predict`` per row, sent
+      down the rest of the stack, so each row passes the gate and the gateway
+      like any other request.
+   d. :class:`~mlpipe.serving.OverloadGate`: after the intake, so a client
+      still sending its body holds no slot; it counts ``/predict`` requests in
+      flight on the same :class:`~mlpipe.serving.Admission` as the front door
+      and ``/readyz`` (decision 010).
+   e. :class:`~mlpipe.serving.PredictGateway`, innermost: it parses and
+      validates ``/predict`` (400, 404, 422) and hands it to BentoML's batcher
+      directly, not through BentoML's HTTP route (decision 018). Everything else falls
+      through to BentoML's routes (``/livez``, ``/readyz``, ``/metrics``, and
+      ``/docs.json``, which it rewrites on the way out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from mlpipe.serving._admission import Admission
+from mlpipe.serving._auth import AuthGateway
+from mlpipe.serving._gateway import Batch, PredictGateway
+from mlpipe.serving._intake import RequestIntake
+from mlpipe.serving._oip import InferenceProtocol
+from mlpipe.serving._overload import FrontDoor, OverloadGate
+
+if TYPE_CHECKING:
+    from mlpipe.config import Settings
+
+
+class Layer(NamedTuple):
+    """One middleware: its class and the keyword arguments it is built with (after ``app``)."""
+
+    cls: type[Any]
+    kwargs: dict[str, Any]
+
+
+def request_stack(
+    settings: Settings,
+    *,
+    admission: Admission,
+    batch: Batch,
+    span_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
+) -> list[Layer]:
+    """mlpipe's layers inside BentoML's app, outermost first (the order in this module's doc).
+
+    ``admission`` is the worker's, shared with :func:`front_door` and ``/readyz``;
+    ``batch`` answers one request as part of a batch (BentoML's batcher);
+    ``span_headers`` gives the tracing headers the gateway adds to an answer
+    when ``serving.tracing`` is on.
+    """
+    s, r = settings.serving, settings.reliability
+    return [
+        Layer(AuthGateway, {"settings": settings}),
+        Layer(
+            RequestIntake, {"max_body_bytes": s.max_body_bytes, "timeout_s": s.request_timeout_s}
+        ),
+        Layer(InferenceProtocol, {}),
+        Layer(
+            OverloadGate,
+            {
+                "admission": admission,
+                "retry_after_s": r.retry_after_s,
+                "reconnect_every": r.reconnect_every,
+            },
+        ),
+        Layer(
+            PredictGateway,
+            {"batch": batch, "response_headers": span_headers if s.tracing else None},
+        ),
+    ]
+
+
+def front_door(settings: Settings, admission: Admission) -> Layer:
+    """The layer around BentoML's whole app, on the worker's ``admission``."""
+    return Layer(
+        FrontDoor, {"admission": admission, "retry_after_s": settings.reliability.retry_after_s}
+    )
+
+
+__all__ = ["Layer", "front_door", "request_stack"]

@@ -1,0 +1,60 @@
+"""The pure rules of the deployment state machine."""
+
+import pytest
+
+from mlpipe.deployments import Deployment, plan_deploy, plan_promote, plan_rollback
+from mlpipe.errors import InvalidInput
+
+LIVE = Deployment(model="fraud", generation=1, champion="1")
+
+
+def test_first_deploy_makes_a_champion() -> None:
+    action, nxt = plan_deploy(None, "fraud", "1")
+    assert (action, nxt.champion, nxt.previous) == ("deploy", "1", None)
+
+
+def test_canary_then_promote_then_rollback() -> None:
+    _, canary = plan_deploy(LIVE, "fraud", "2", canary=10)
+    assert (canary.champion, canary.canary, canary.canary_weight) == ("1", "2", 10.0)
+    promoted = plan_promote(canary)
+    assert (promoted.champion, promoted.previous, promoted.canary) == ("2", "1", None)
+    action, rolled = plan_rollback(promoted)
+    assert (action, rolled.champion, rolled.previous) == ("rollback", "1", None)
+
+
+def test_rollback_with_a_canary_drops_only_the_canary() -> None:
+    _, canary = plan_deploy(LIVE, "fraud", "2", canary=10)
+    action, rolled = plan_rollback(canary)
+    assert (action, rolled.champion, rolled.canary, rolled.canary_weight) == (
+        "rollback-canary",
+        "1",
+        None,
+        0.0,
+    )
+
+
+@pytest.mark.parametrize("pct", [0, 100, 150, -5])
+def test_canary_percent_out_of_range(pct: float) -> None:
+    with pytest.raises(InvalidInput, match=r"--canary must be in \(0, 100\) percent"):
+        plan_deploy(LIVE, "fraud", "2", canary=pct)
+
+
+def test_shadow_accepts_100_but_not_0() -> None:
+    _, nxt = plan_deploy(LIVE, "fraud", "2", shadow=100)
+    assert (nxt.shadow, nxt.shadow_sample) == ("2", 100.0)
+    with pytest.raises(InvalidInput, match=r"--shadow must be in \(0, 100\]"):
+        plan_deploy(LIVE, "fraud", "2", shadow=0)
+
+
+def test_canary_needs_a_champion_and_another_version() -> None:
+    with pytest.raises(InvalidInput, match="has no champion yet"):
+        plan_deploy(None, "fraud", "2", canary=10)
+    with pytest.raises(InvalidInput, match="a canary must be another version"):
+        plan_deploy(LIVE, "fraud", "1", canary=10)
+
+
+def test_promote_without_canary_and_rollback_without_previous() -> None:
+    with pytest.raises(InvalidInput, match="fraud has no canary to promote"):
+        plan_promote(LIVE)
+    with pytest.raises(InvalidInput, match="fraud has no previous version to roll back to"):
+        plan_rollback(LIVE)

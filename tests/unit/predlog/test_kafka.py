@@ -1,0 +1,39 @@
+"""The Kafka sink keeps the prediction-log contract: nothing is 'logged' that Kafka did not ack."""
+
+import time
+
+import pytest
+
+from mlpipe.config import load_settings
+from mlpipe.errors import StoreUnavailable
+from mlpipe.predlog import PredictionRecord, open_sink
+from mlpipe.predlog._kafka import KafkaSink, producer_config
+
+pytest.importorskip("confluent_kafka", reason="the Kafka sink needs mlpipe[prod]")
+
+
+def _record() -> PredictionRecord:
+    return PredictionRecord(
+        request_id="r1", ts=time.time(), tenant="default", model="fraud", version="1",
+        arm="champion", generation=1, entity_key="customer_id=1", entity={"customer_id": 1},
+        features={"amount": 1.0}, score=0.1, label=0, latency_ms=1.0,
+    )  # fmt: skip
+
+
+def test_producer_is_durable_and_idempotent() -> None:
+    config = producer_config("127.0.0.1:9092", "mlpipe-w1")
+    assert config["acks"] == "all" and config["enable.idempotence"] is True
+
+
+def test_settings_choose_the_sink(home, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MLPIPE_PREDLOG__SINK", "kafka")
+    monkeypatch.setenv("MLPIPE_PREDLOG__KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    sink = open_sink(load_settings(), "w1")
+    assert isinstance(sink, KafkaSink)
+
+
+def test_unacknowledged_batch_raises_instead_of_claiming_it_is_logged() -> None:
+    # Port 1 on loopback: nothing listens, so no broker can ever ack.
+    sink = KafkaSink("127.0.0.1:1", "mlpipe-predictions", "w1", timeout_s=0.5)
+    with pytest.raises(StoreUnavailable, match=r"did not take the batch within 0.5s"):
+        sink.append([_record()])

@@ -1,0 +1,48 @@
+"""The launcher: argv and environment for `bentoml serve`, and the `mlpipe serve` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from mlpipe.config import load_settings
+from mlpipe.serving import server_command, service_dir
+
+
+def test_server_command_passes_home_and_overrides(tmp_path: Path) -> None:
+    settings = load_settings(home=tmp_path)
+    argv, env = server_command(settings, port=4123, workers=3)
+    assert argv[1:5] == ["-m", "bentoml", "serve", "service:Scoring"]
+    assert argv[argv.index("--working-dir") + 1] == str(service_dir())
+    assert argv[argv.index("--port") + 1] == "4123"
+    assert env["MLPIPE_HOME"] == str(tmp_path.resolve())
+    assert env["MLPIPE_SERVING__WORKERS"] == "3"
+    assert (service_dir() / "service.py").is_file()
+
+
+def test_serve_command_registers() -> None:
+    from mlpipe_cli.commands import serve
+
+    app = typer.Typer()
+    serve.register(app)
+
+    @app.command()
+    def other() -> None:  # a second command keeps `serve` a named subcommand
+        pass
+
+    result = CliRunner().invoke(app, ["serve", "--help"])
+    assert result.exit_code == 0
+    assert "--port" in result.output and "--workers" in result.output
+
+
+def test_serving_workers_give_up_on_a_dead_registry_in_seconds(tmp_path, monkeypatch) -> None:
+    from mlpipe.config import load_settings
+    from mlpipe.serving import server_command
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    _, env = server_command(load_settings(home=tmp_path))
+    assert env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "1"
+    assert env["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "3"  # the operator's own value wins
