@@ -6,7 +6,7 @@
  * The asyncio generator it replaced cost 41-44 us of CPU a request closed loop
  * and 96-153 us open loop (a task and a timer per arrival), ~0.3 of a core at
  * 2,000/s: the open-loop rates then measured the generator as much as the
- * server (bench/README.md, "Load generator"). wrk is closed loop only and
+ * server (decision 017). wrk is closed loop only and
  * wrk2 is not in Debian.
  *
  * Closed loop: --concurrency connections, each sending its next request when

@@ -5,8 +5,8 @@ the last is answered) and open loop (a fixed arrival ``rate`` whatever the
 answers, latency from the *scheduled* arrival, so a stalled server shows in
 p99 instead of slowing the generator down). Why C and not asyncio or wrk:
 the generator shares the machine's two cores with the server it measures,
-and the asyncio client cost 96-153 µs of CPU a request open loop (bench/README.md,
-"Load generator"); wrk is closed loop only and wrk2 is not in Debian.
+and the asyncio client cost 96-153 µs of CPU a request open loop (decision 017);
+wrk is closed loop only and wrk2 is not in Debian.
 
 Request ``i`` sends ``bodies(i)``. An open loop writes one body for each of
 its arrivals; a closed loop writes ``CLOSED_BODIES`` and request ``i`` sends

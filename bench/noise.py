@@ -5,7 +5,7 @@ process that takes a core for a few hundred milliseconds shows up as a
 latency spike or a burst of 503s in an open-loop point. Here, once a minute,
 RabbitMQ (a service of the machine, not of mlpipe) starts an Erlang VM that
 burns ~250 ms of CPU; `perf sched` put it on a core during a 157 ms spike
-(bench/README.md, "Stalls: what else runs"). Each measured point therefore
+(decision 005). Each measured point therefore
 records the CPU that processes outside the bench used meanwhile (kernel
 threads included) and the time the hypervisor took the vCPUs away (steal),
 so a bad point can be told from a bad server.

@@ -34,7 +34,7 @@ from mlpipe.serving import free_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # Each open-loop point first runs this long unrecorded at its rate: the step from the
-# previous point opens ~300 connections at once and fills the queue (bench/README.md)
+# previous point opens ~300 connections at once and fills the queue (decision 017)
 OPEN_WARMUP_S = 1.0
 # Full runs also find mlpipe's open-loop saturation with a ramp of these fractions of
 # its c=32 rate and measure every system at OPEN_OPERATING × that saturation too.
@@ -325,7 +325,7 @@ def _open_saturation(
     The rates are ``OPEN_RAMP`` × the closed-loop rate, ``OPEN_RAMP_S`` each after
     half a second unrecorded. Open loop, requests come one at a time instead of
     in the closed loop's bursts: smaller batches and a wake-up each, so the
-    server saturates lower (bench/README.md, "Open loop: where it saturates").
+    server saturates lower (decision 017).
     """
     best = 0.0
     for fraction in OPEN_RAMP:

@@ -10,7 +10,7 @@ wedge it: another probe is let through ``reset_s`` later.
 :func:`store_breaker` builds one from ``settings.reliability`` that reports
 its state as ``mlpipe_feature_store_breaker_open{service}`` (1 while open or
 half-open) on ``/metrics``. prometheus-client is imported on first use, for
-the reason given in :mod:`mlpipe.serving.metrics`.
+the reason given in :mod:`mlpipe.serving._metrics`.
 """
 
 from __future__ import annotations
