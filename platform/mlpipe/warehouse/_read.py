@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -26,31 +27,80 @@ class QueryResult:
     truncated: bool
 
 
+_READ_STATEMENTS = ("select", "with", "values", "table", "explain", "show", "describe", "summarize")
+_LEADING_COMMENTS = re.compile(r"\A(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.DOTALL)
+
+
 def query(
     settings: Settings, sql: str, limit: int | None = 1000, notify: _engine.Notify | None = None
 ) -> QueryResult:
     """Run one read-only SQL statement; at most ``limit`` rows come back (``truncated`` says so).
 
-    DuckDB opens the file read-only with file-system access off, so a statement that
-    writes (to the warehouse or to a file) fails. Raises :class:`InvalidInput` for
-    empty or failing SQL.
+    Only a reading statement is taken (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW,
+    DESCRIBE, SUMMARIZE), and only one: on PostgreSQL it runs as a prepared
+    statement (which the server refuses to hold two of) in a read-only
+    transaction, its text passed as is (a ``%`` is not a parameter). DuckDB opens
+    the file read-only with file-system access off. Raises :class:`InvalidInput`
+    for empty, writing or failing SQL.
     """
     if not sql.strip():
         raise InvalidInput("empty SQL")
+    _require_reading(sql)
     with _engine.read(settings, notify) as conn:
-        if not _engine.is_duckdb(settings.warehouse):
-            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+        if _engine.is_duckdb(settings.warehouse):
+            return _run_duckdb(conn, sql, limit)
+        return _run_postgres(conn, sql, limit)
+
+
+def _require_reading(sql: str) -> None:
+    words = _LEADING_COMMENTS.sub("", sql, count=1).split(None, 1)
+    if not words or words[0].lower().rstrip(";(") not in _READ_STATEMENTS:
+        raise InvalidInput(
+            "query failed: the warehouse is read-only here; run one SELECT, WITH, VALUES, "
+            "TABLE, EXPLAIN, SHOW, DESCRIBE or SUMMARIZE statement"
+        )
+
+
+def _run_duckdb(conn: Connection, sql: str, limit: int | None) -> QueryResult:
+    try:
+        result = conn.exec_driver_sql(sql)
+        if not result.returns_rows:
+            return QueryResult([], [], False)
+        columns = list(result.keys())
+        rows = result.fetchmany(limit + 1) if limit is not None else result.fetchall()
+    except DBAPIError as exc:
+        raise InvalidInput(f"query failed: {_first_line(exc.orig)}") from exc
+    return _result(columns, [tuple(r) for r in rows], limit)
+
+
+def _run_postgres(conn: Connection, sql: str, limit: int | None) -> QueryResult:
+    import psycopg
+
+    conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+    raw = conn.connection.driver_connection
+    assert raw is not None, "a read connection is open"
+    with raw.cursor() as cursor:
         try:
-            result = conn.exec_driver_sql(sql)
-            if not result.returns_rows:
+            cursor.execute(sql, prepare=True)
+            if cursor.description is None:
                 return QueryResult([], [], False)
-            columns = list(result.keys())
-            rows = result.fetchmany(limit + 1) if limit is not None else result.fetchall()
-        except DBAPIError as exc:
-            message = str(exc.orig).strip().splitlines()[0]
+            columns = [c.name for c in cursor.description]
+            rows = cursor.fetchmany(limit + 1) if limit is not None else cursor.fetchall()
+        except psycopg.Error as exc:
+            message = _first_line(exc)
+            if "multiple commands" in message:
+                message = "run one statement at a time"
             raise InvalidInput(f"query failed: {message}") from exc
+    return _result(columns, [tuple(r) for r in rows], limit)
+
+
+def _first_line(exc: BaseException | None) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _result(columns: list[str], rows: list[tuple[Any, ...]], limit: int | None) -> QueryResult:
     truncated = limit is not None and len(rows) > limit
-    return QueryResult(columns, [tuple(r) for r in rows[:limit]], truncated)
+    return QueryResult(columns, rows[:limit], truncated)
 
 
 @dataclass
