@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,15 +95,22 @@ def _require_file(url: str, hint: str) -> None:
         raise MlpipeError(f"{path} does not exist ({hint})")
 
 
+def _count_initialized(url: str, items: Callable[[], Sized], what: str) -> str:
+    """Require the file ``mlpipe init`` creates at ``url``, then count ``items()``."""
+    _require_file(url, "run `mlpipe init`")
+    return f"{len(items())} {what}"
+
+
 def _check_registry(settings: Settings) -> str:
-    _require_file(settings.registry, "run `mlpipe init`")
-    models = registry.list_models(settings)
-    return f"{len(models)} registered model(s)"
+    return _count_initialized(
+        settings.registry, lambda: registry.list_models(settings), "registered model(s)"
+    )
 
 
 def _check_control(settings: Settings) -> str:
-    _require_file(settings.control, "run `mlpipe init`")
-    return f"{len(deployments.generations(settings))} deployed model(s)"
+    return _count_initialized(
+        settings.control, lambda: deployments.generations(settings), "deployed model(s)"
+    )
 
 
 def _check_features(settings: Settings) -> str:
@@ -116,8 +123,11 @@ def _check_features(settings: Settings) -> str:
 
 
 def _check_warehouse(settings: Settings) -> str:
-    _require_file(settings.warehouse, "run `mlpipe init`")
-    return f"{len(warehouse.models_in_warehouse(settings))} model(s) with logged predictions"
+    return _count_initialized(
+        settings.warehouse,
+        lambda: warehouse.models_in_warehouse(settings),
+        "model(s) with logged predictions",
+    )
 
 
 def _check_dir(path: Path) -> str:

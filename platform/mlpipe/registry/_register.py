@@ -84,7 +84,19 @@ def register_model(
     """
     flavor = for_candidate(model)
     tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
-    return _log_and_register(settings, name, model, frame, features, label, tags, description)
+    flavor = FLAVORS[tags[_tags.FLAVOR]]()
+    signature, reference = _signature_and_reference(flavor, model, frame, features, label)
+    mv = _registration.log_and_register(
+        settings,
+        name,
+        flavor=flavor,
+        model=model,
+        signature=signature,
+        reference=reference,
+        tags=tags,
+        description=description,
+    )
+    return VersionInfo.from_mlflow(mv)
 
 
 def _check_name(name: str) -> None:
@@ -159,36 +171,19 @@ def _lineage_tags(
     return tags
 
 
-def _log_and_register(
-    settings: Settings,
-    name: str,
-    model: Any,
-    frame: pd.DataFrame,
-    features: list[str],
-    label: str,
-    tags: dict[str, str],
-    description: str | None,
-) -> VersionInfo:
+def _signature_and_reference(
+    flavor: ModelFlavor, model: Any, frame: pd.DataFrame, features: list[str], label: str
+) -> tuple[Any, pd.DataFrame]:
+    """The model's MLflow signature (its scores checked) and the training reference sample."""
     from mlflow.models import infer_signature
 
-    flavor = FLAVORS[tags[_tags.FLAVOR]]()
     x = frame[features]
     with warnings.catch_warnings():  # MLflow's hint about integer columns, on every call
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
         signature = infer_signature(x.head(100), _check_scores(flavor, model, x.head(100)))
     reference = frame[features].assign(label=frame[label].to_numpy())
     reference = reference.sample(min(len(reference), REFERENCE_ROWS), random_state=0)
-    mv = _registration.log_and_register(
-        settings,
-        name,
-        flavor=flavor,
-        model=model,
-        signature=signature,
-        reference=reference,
-        tags=tags,
-        description=description,
-    )
-    return VersionInfo.from_mlflow(mv)
+    return signature, reference
 
 
 def _check_scores(flavor: ModelFlavor, model: Any, x: pd.DataFrame) -> np.ndarray:

@@ -28,6 +28,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -77,12 +78,13 @@ def log_and_register(
     retryable) when it outlasts every attempt, StoreUnavailable if the registry
     cannot be reached. Whatever the error, a failed attempt leaves nothing behind.
     """
+    candidate = _Candidate(name, flavor, model, signature, reference, tags, description)
     last: StoreBusy | None = None
     for attempt in range(ATTEMPTS):
         if attempt:
             _pause(attempt)
         try:
-            return _attempt(settings, name, flavor, model, signature, reference, tags, description)
+            return _attempt(settings, candidate)
         except StoreBusy as exc:
             last = exc
             logger.info("registering %s: attempt %d of %d: %s", name, attempt + 1, ATTEMPTS, exc)
@@ -98,20 +100,24 @@ def _pause(attempt: int) -> None:
     time.sleep(random.uniform(0, min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (attempt - 1))))
 
 
-def _attempt(
-    settings: Settings,
-    name: str,
-    flavor: ModelFlavor,
-    model: Any,
-    signature: Any,
-    reference: pd.DataFrame,
-    tags: dict[str, str],
-    description: str | None,
-) -> ModelVersion:
+@dataclass(frozen=True)
+class _Candidate:
+    """What one registration writes: every attempt starts from the same candidate."""
+
+    name: str
+    flavor: ModelFlavor
+    model: Any
+    signature: Any
+    reference: pd.DataFrame
+    tags: dict[str, str]
+    description: str | None
+
+
+def _attempt(settings: Settings, candidate: _Candidate) -> ModelVersion:
     import mlflow
 
     c = client(settings)
-    tags = dict(tags)
+    tags = dict(candidate.tags)
     run_id = None
     quiet = contextlib.redirect_stdout(io.StringIO())  # MLflow writes "View run" links
     try:
@@ -119,20 +125,20 @@ def _attempt(
             with mlflow.start_run(experiment_id=experiment_id(settings)) as run:
                 run_id = run.info.run_id
                 mlflow.log_metrics(_tags.metrics(tags))
-                info = flavor.log(model, signature, tags)
+                info = candidate.flavor.log(candidate.model, candidate.signature, tags)
                 ref_path = Path(tmp) / "reference.parquet"
-                reference.to_parquet(ref_path, index=False)
+                candidate.reference.to_parquet(ref_path, index=False)
                 mlflow.log_artifact(str(ref_path), "reference")
             stored = download_tree(info.model_uri, str(Path(tmp) / "check"), "logged model")
             tags[_tags.ARTIFACT_SHA256] = _lineage.tree_sha256(stored)
             tags[_tags.REFERENCE_URI] = f"runs:/{run_id}/reference/reference.parquet"
-            _ensure_registered_model(c, name)
+            _ensure_registered_model(c, candidate.name)
             mv = c.create_model_version(
-                name,
+                candidate.name,
                 info.model_uri,
                 run_id=run_id,
                 tags=tags,
-                description=description,
+                description=candidate.description,
                 await_creation_for=0,
                 model_id=info.model_id,
             )
