@@ -10,6 +10,7 @@ check has passed.
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -99,9 +100,17 @@ def register_model(
     return VersionInfo.from_mlflow(mv)
 
 
+# ASCII only, so that "fraud" with a Cyrillic "а" is not a second model that looks like it;
+# a leading letter or digit, so that a name is never ".." in a report path.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def _check_name(name: str) -> None:
-    if not name or not name.replace("-", "").replace("_", "").isalnum():
-        raise InvalidInput(f"model name {name!r} must be letters, digits, '-' or '_'")
+    if not _NAME.fullmatch(name):
+        raise InvalidInput(
+            f"model name {name!r} must be 1-128 ASCII letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
 
 
 def _read_model(settings: Settings, model_path: Path | None, run_id: str | None) -> Any:
