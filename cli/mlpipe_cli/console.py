@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -26,13 +27,23 @@ def error(message: str) -> None:
     err.print(f"[red]error:[/red] {escape(message)}")
 
 
+# C0 controls but the newline, DEL and C1 controls: shown as \xNN, never sent to the terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c != 0x0A}
+
+
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:
+    """A table whose cells are plain text: values (often logged by clients) carry no
+    rich markup and no terminal control codes through to the terminal."""
     t = Table(title=title, title_justify="left")
     for col in columns:
-        t.add_column(col)
+        t.add_column(_cell(col))
     for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
+        t.add_row(*(_cell("" if v is None else str(v)) for v in row))
     return t
+
+
+def _cell(value: str) -> Text:
+    return Text(value.translate(_CONTROLS))
 
 
 def show(renderable: Any) -> None:

@@ -64,3 +64,15 @@ def test_unknown_option_is_a_usage_error(
     code, out, err = mlpipe(monkeypatch, capsys, "status", "fraud", "--no-such-flag")
     assert (code, out) == (2, "")
     assert "No such option: --no-such-flag" in err
+
+
+def test_warehouse_query_prints_logged_values_as_text_not_terminal_codes(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A logged value can hold escape codes or rich markup: both print inert (issue 23, low)."""
+    sql = "SELECT chr(27) || '[2J' || chr(7) AS a, '[bold]b[/bold]' AS b"
+    code, out, err = mlpipe(monkeypatch, capsys, "warehouse", "query", sql)
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b[2J\\x07" in out
+    assert "[bold]b[/bold]" in out
