@@ -208,7 +208,7 @@ def test_a_warehouse_from_migration_2_keeps_its_rows_uncompressed_and_unindexed(
         con.execute("CREATE TABLE old AS SELECT * FROM predictions")
         con.execute("DROP TABLE predictions")
         ddl = str(sa.schema.CreateTable(_schema.predictions).compile(dialect=sqlite.dialect()))
-        assert "PRIMARY KEY (request_id, arm)" in ddl
+        assert "PRIMARY KEY (request_id, tenant, arm)" in ddl
         con.execute(ddl)
         con.execute("INSERT INTO predictions SELECT * FROM old")
         con.execute("DROP TABLE old")
@@ -238,7 +238,8 @@ def test_predictions_keeps_its_primary_key_outside_duckdb():
     from sqlalchemy.dialects import postgresql
 
     create = sa.schema.CreateTable(_schema.predictions)
-    assert "PRIMARY KEY (request_id, arm)" in str(create.compile(dialect=postgresql.dialect()))
+    ddl = str(create.compile(dialect=postgresql.dialect()))
+    assert "PRIMARY KEY (request_id, tenant, arm)" in ddl
 
 
 def test_timed_out_requests_load_with_their_status(settings):

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from mlpipe_cli import console
 from mlpipe_cli.state import state
 
 _JSON = typer.Option(False, "--json", help="One JSON document on stdout.")
+_SKIPPED_SHOWN = 20  # skipped lines listed one by one; the rest are counted
 
 
 def register(app: typer.Typer) -> None:
@@ -34,8 +36,11 @@ def sync(as_json: bool = _JSON) -> None:
     settings = state.settings()
     feed = deployments.history_feed(settings)
     result = warehouse.sync(settings, notify=console.status, history=feed)
+    counts = result.skipped_counts
     if as_json:
-        console.print_json({**asdict(result), "duplicates": result.duplicates})
+        console.print_json(
+            {**asdict(result), "duplicates": result.duplicates, "skipped_counts": counts}
+        )
         return
     console.status(
         f"read {result.segments_read} segment(s) ({result.segments_unchanged} unchanged), "
@@ -43,8 +48,20 @@ def sync(as_json: bool = _JSON) -> None:
         f"predictions now {result.rows_total}; {result.deployments_loaded} deployment change(s) "
         f"mirrored ({result.seconds:.2f}s)"
     )
-    for line in result.skipped:
-        console.status(f"[yellow]skipped[/yellow] {line.segment}:{line.line}: {line.reason}")
+    if counts:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+        still_open = len(result.skipped) - result.quarantined
+        console.status(
+            f"[yellow]skipped {len(result.skipped)} line(s):[/yellow] {kinds}; "
+            f"{result.quarantined} kept in the quarantine table"
+            + (f", {still_open} of segments still open" if still_open else "")
+        )
+    for line in result.skipped[:_SKIPPED_SHOWN]:
+        console.status(
+            f"[yellow]skipped[/yellow] {escape(line.segment)}:{line.line}: {escape(line.reason)}"
+        )
+    if len(result.skipped) > _SKIPPED_SHOWN:
+        console.status(f"… and {len(result.skipped) - _SKIPPED_SHOWN} more (--json lists all)")
 
 
 def query(
@@ -91,12 +108,20 @@ def reports(
 
 def load(
     file: Path = typer.Argument(
-        ..., help="CSV or Parquet: request_id,label  or  entity_key,timestamp,label"
+        ...,
+        help="CSV or Parquet: request_id,label  or  entity_key,timestamp,label; "
+        "a tenant column optional",
     ),
     tolerance: float = typer.Option(
         60.0,
         "--tolerance-s",
         help="entity_key+timestamp: how far a prediction may lag the timestamp.",
+    ),
+    tenant: str | None = typer.Option(
+        None,
+        "--tenant",
+        help="The tenant of every row (a file without a tenant column). Without it, an id "
+        "more than one tenant logged is refused.",
     ),
     as_json: bool = _JSON,
 ) -> None:
@@ -106,7 +131,7 @@ def load(
     from mlpipe import warehouse
 
     result = warehouse.load_outcomes(
-        state.settings(), file, notify=console.status, tolerance_s=tolerance
+        state.settings(), file, notify=console.status, tolerance_s=tolerance, tenant=tenant
     )
     if as_json:
         console.print_json(asdict(result))

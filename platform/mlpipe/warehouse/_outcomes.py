@@ -5,6 +5,13 @@ A file names each outcome by ``request_id``, or by ``entity_key`` + ``timestamp`
 non-shadow prediction for that entity at or before the timestamp (plus a small
 tolerance): labels arrive late, so matching never looks at when the file is
 loaded. Every row must match, or nothing is loaded.
+
+Request ids and entity keys are the clients', so two tenants may log the same
+one: an outcome belongs to a (tenant, request id). The tenant comes from a
+``tenant`` column or from ``tenant=`` (``--tenant``) for the whole file; without
+either, an outcome takes the tenant of the prediction it matches, and an id or
+entity key that more than one tenant logged is refused rather than attached to
+one of them at random.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -24,7 +31,7 @@ if TYPE_CHECKING:
 
     from mlpipe.config import Settings
 
-ACCEPTED_COLUMNS = ("request_id", "entity_key", "timestamp", "label")
+ACCEPTED_COLUMNS = ("request_id", "entity_key", "timestamp", "label", "tenant")
 DEFAULT_MATCH_TOLERANCE_S = 60.0
 
 
@@ -47,7 +54,7 @@ def _read_frame(path: Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
-            return pd.read_csv(path, dtype={"request_id": str, "entity_key": str})
+            return pd.read_csv(path, dtype={"request_id": str, "entity_key": str, "tenant": str})
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path)
     except (ValueError, OSError) as exc:
@@ -55,14 +62,33 @@ def _read_frame(path: Path) -> pd.DataFrame:
     raise InvalidInput(f"{path}: outcomes must be .csv or .parquet, not {suffix or 'no suffix'}")
 
 
-def _validate(frame: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, str]:
+def _with_tenant(frame: pd.DataFrame, path: Path, tenant: str | None) -> pd.DataFrame:
+    """The frame with its ``tenant`` column checked, or ``tenant`` as one (if given)."""
+    if "tenant" not in frame.columns:
+        if tenant is None:
+            return frame
+        if not tenant.strip():
+            raise InvalidInput("the tenant given is empty")
+        return frame.assign(tenant=tenant)
+    if tenant is not None:
+        raise InvalidInput(
+            f"{path}: has a 'tenant' column and --tenant was given; name the tenant one way"
+        )
+    empty = frame["tenant"].isna() | (frame["tenant"].astype(str).str.strip() == "")
+    if empty.any():
+        first = int(empty.to_numpy().nonzero()[0][0])
+        raise InvalidInput(f"{path}: tenant on data row {first + 1} is empty")
+    return frame.assign(tenant=frame["tenant"].astype(str))
+
+
+def _validate(frame: pd.DataFrame, path: Path, tenant: str | None) -> tuple[pd.DataFrame, str]:
     import pandas as pd
 
     unknown = [c for c in frame.columns if c not in ACCEPTED_COLUMNS]
     if unknown:
         raise InvalidInput(
             f"{path}: unknown column(s) {', '.join(map(str, unknown))}; accepted: "
-            f"request_id, label  or  entity_key, timestamp, label"
+            f"request_id, label  or  entity_key, timestamp, label (and tenant)"
         )
     if "label" not in frame.columns:
         raise InvalidInput(f"{path}: no 'label' column")
@@ -95,48 +121,103 @@ def _validate(frame: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, str]:
         )
     else:
         frame = frame.assign(request_id=frame["request_id"].astype(str))
-    return frame, by
+    return _with_tenant(frame, path, tenant), by
 
 
-def _match(conn: sa.Connection, frame: pd.DataFrame, by: str, tolerance_s: float) -> pd.DataFrame:
+def _tenants_of(conn: sa.Connection, ids: list[str]) -> dict[str, set[str]]:
+    """For each request id the warehouse holds, the tenants that logged it."""
+    p = _schema.predictions
+    found: dict[str, set[str]] = {}
+    for start in range(0, len(ids), 5000):
+        query = (
+            sa.select(p.c.request_id, p.c.tenant)
+            .distinct()
+            .where(p.c.request_id.in_(ids[start : start + 5000]))
+        )
+        for request_id, tenant in conn.execute(query):
+            found.setdefault(request_id, set()).add(tenant)
+    return found
+
+
+def _ambiguous(path: Path, what: str, first: str, tenants: set[str], n: int) -> InvalidInput:
+    return InvalidInput(
+        f"{path}: {n} {what}(s) logged by more than one tenant (first: {first}, by "
+        f"{', '.join(sorted(tenants))}); name the tenant with --tenant or a 'tenant' column"
+    )
+
+
+def _match_ids(conn: sa.Connection, frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Each row's tenant: the one it names, or the only tenant that logged its id."""
     import pandas as pd
 
-    p = _schema.predictions
-    if by == "request_id":
-        ids = frame["request_id"].drop_duplicates().tolist()
-        known: set[str] = set()
-        for start in range(0, len(ids), 5000):
-            chunk = ids[start : start + 5000]
-            known.update(
-                conn.execute(sa.select(p.c.request_id).where(p.c.request_id.in_(chunk))).scalars()
+    ids = frame["request_id"].drop_duplicates().tolist()
+    found = _tenants_of(conn, ids)
+    if "tenant" in frame.columns:
+        pairs = zip(frame["request_id"], frame["tenant"], strict=True)
+        known = [t in found.get(i, ()) for i, t in pairs]
+        unknown = frame[[not k for k in known]]
+        if not unknown.empty:
+            first = unknown.iloc[0]
+            raise InvalidInput(
+                f"{len(unknown)} request id(s) not logged by tenant {first['tenant']} "
+                f"(first: {first['request_id']}); run `mlpipe warehouse sync` first, "
+                "or check the file"
             )
-        missing = [i for i in ids if i not in known]
+    else:
+        missing = [i for i in ids if i not in found]
         if missing:
             raise InvalidInput(
                 f"{len(missing)} request id(s) not in the warehouse "
                 f"(first: {', '.join(missing[:3])}); "
                 "run `mlpipe warehouse sync` first, or check the file"
             )
-        return frame.assign(outcome_ts=pd.NaT)[["request_id", "label", "outcome_ts"]]
+        shared = [i for i in ids if len(found[i]) > 1]
+        if shared:
+            raise _ambiguous(path, "request id", shared[0], found[shared[0]], len(shared))
+        frame = frame.assign(tenant=[next(iter(found[i])) for i in frame["request_id"]])
+    return frame.assign(outcome_ts=pd.NaT)[["request_id", "tenant", "label", "outcome_ts"]]
+
+
+def _logged_entities(conn: sa.Connection, frame: pd.DataFrame) -> pd.DataFrame:
+    """The non-shadow predictions of the file's entity keys (of its tenants, if it names them)."""
+    import pandas as pd
+
+    p = _schema.predictions
+    cond = [p.c.arm != "shadow"]
+    if "tenant" in frame.columns:
+        cond.append(p.c.tenant.in_(frame["tenant"].drop_duplicates().tolist()))
     keys = frame["entity_key"].drop_duplicates().tolist()
-    parts = []
+    columns = ["request_id", "tenant", "entity_key", "ts"]
+    rows: list[sa.Row[Any]] = []
     for start in range(0, len(keys), 5000):
         chunk = keys[start : start + 5000]
-        rows = conn.execute(
-            sa.select(p.c.request_id, p.c.entity_key, p.c.ts).where(
-                p.c.entity_key.in_(chunk), p.c.arm != "shadow"
-            )
-        ).all()
-        parts.append(pd.DataFrame(rows, columns=["request_id", "entity_key", "ts"]))
-    preds = pd.concat(parts) if parts else pd.DataFrame(columns=["request_id", "entity_key", "ts"])
+        query = sa.select(*(p.c[c] for c in columns)).where(p.c.entity_key.in_(chunk), *cond)
+        rows.extend(conn.execute(query).all())
+    preds = pd.DataFrame(rows, columns=columns)
     preds["ts"] = pd.to_datetime(preds["ts"])
+    return preds
+
+
+def _match_entities(
+    conn: sa.Connection, frame: pd.DataFrame, path: Path, tolerance_s: float
+) -> pd.DataFrame:
+    """Each row's request: the latest prediction for its entity (of its tenant) at or before it."""
+    import pandas as pd
+
+    preds = _logged_entities(conn, frame)
+    scoped = "tenant" in frame.columns
+    if not scoped:
+        tenants = preds.groupby("entity_key")["tenant"].agg(set)
+        shared = [k for k in frame["entity_key"].drop_duplicates() if len(tenants.get(k, ())) > 1]
+        if shared:
+            raise _ambiguous(path, "entity key", shared[0], tenants[shared[0]], len(shared))
     left = frame.reset_index(drop=True).assign(_row=lambda f: f.index).sort_values("timestamp")
     merged = pd.merge_asof(
         left,
         preds.sort_values("ts"),
         left_on="timestamp",
         right_on="ts",
-        by="entity_key",
+        by=["tenant", "entity_key"] if scoped else "entity_key",
         direction="backward",
         tolerance=pd.Timedelta(days=36500),
     )
@@ -150,7 +231,7 @@ def _match(conn: sa.Connection, frame: pd.DataFrame, by: str, tolerance_s: float
             f"at {first['timestamp']}); run `mlpipe warehouse sync` first, or check the file"
         )
     merged = merged.rename(columns={"timestamp": "outcome_ts"})
-    return merged[["request_id", "label", "outcome_ts"]]
+    return merged[["request_id", "tenant", "label", "outcome_ts"]]
 
 
 def load_outcomes(
@@ -158,49 +239,69 @@ def load_outcomes(
     path: Path | str,
     notify: _engine.Notify | None = None,
     tolerance_s: float = DEFAULT_MATCH_TOLERANCE_S,
+    tenant: str | None = None,
 ) -> OutcomesResult:
     """Load labels (CSV or Parquet) into ``outcomes``; loading a file twice changes nothing.
 
-    Raises :class:`NotFound` for a missing file and :class:`InvalidInput` for an
-    unreadable file, unknown or missing columns, a non-numeric label, or rows
-    that match no logged prediction; in every error case nothing is written.
+    ``tenant`` names the tenant of every row (the file then has no ``tenant``
+    column). Raises :class:`NotFound` for a missing file and :class:`InvalidInput`
+    for an unreadable file, unknown or missing columns, a non-numeric label, an
+    empty tenant, rows that match no logged prediction (of their tenant), or,
+    without a tenant, an id or entity key that more than one tenant logged; in
+    every error case nothing is written.
     """
+    path = Path(path)
+    frame, by = _validate(_read_frame(path), path, tenant)
+    with _engine.write(settings, notify) as conn:
+        if by == "request_id":
+            matched = _match_ids(conn, frame, path)
+        else:
+            matched = _match_entities(conn, frame, path, tolerance_s)
+        # A request labelled twice in one file keeps its last label.
+        matched = matched.drop_duplicates(["request_id", "tenant"], keep="last")
+        replaced = _delete_labelled(conn, matched)
+        rows = _insert(conn, settings, matched, path.name)
+    return OutcomesResult(str(path), len(frame), by, rows - replaced, replaced)
+
+
+def _delete_labelled(conn: sa.Connection, matched: pd.DataFrame) -> int:
+    """Delete the outcomes the file labels again; returns how many there were."""
+    o = _schema.outcomes
+    replaced = 0
+    for tenant, ids in matched.groupby("tenant")["request_id"]:
+        ids_ = ids.tolist()
+        for start in range(0, len(ids_), 5000):
+            chunk = ids_[start : start + 5000]
+            gone = conn.execute(o.delete().where(o.c.tenant == tenant, o.c.request_id.in_(chunk)))
+            replaced += gone.rowcount or 0
+    return replaced
+
+
+def _insert(conn: sa.Connection, settings: Settings, matched: pd.DataFrame, source: str) -> int:
     import pandas as pd
 
-    path = Path(path)
-    frame, by = _validate(_read_frame(path), path)
-    with _engine.write(settings, notify) as conn:
-        matched = _match(conn, frame, by, tolerance_s)
-        # A request labelled twice in one file keeps its last label.
-        matched = matched.drop_duplicates("request_id", keep="last")
-        o = _schema.outcomes
-        ids = matched["request_id"].tolist()
-        replaced = 0
-        for start in range(0, len(ids), 5000):
-            chunk = ids[start : start + 5000]
-            replaced += conn.execute(o.delete().where(o.c.request_id.in_(chunk))).rowcount or 0
-        now = datetime.now(UTC).replace(tzinfo=None)
-        rows = pd.DataFrame(
-            {
-                "request_id": matched["request_id"].astype(str),
-                "outcome": matched["label"].astype(float),
-                "outcome_ts": pd.to_datetime(matched["outcome_ts"]),
-                "source": path.name,
-                "loaded_at": now,
-            }
-        )
-        if _engine.is_duckdb(settings.warehouse):
-            raw = _engine.duckdb_connection(conn)
-            raw.register("_mlpipe_outcomes", rows)
-            try:
-                raw.execute(
-                    "INSERT INTO outcomes (request_id, outcome, outcome_ts, source, loaded_at) "
-                    "SELECT request_id, outcome, outcome_ts, source, loaded_at "
-                    "FROM _mlpipe_outcomes"
-                )
-            finally:
-                raw.unregister("_mlpipe_outcomes")
-        else:
-            records = rows.astype(object).where(rows.notna(), None).to_dict("records")
-            conn.execute(o.insert(), records)
-    return OutcomesResult(str(path), len(frame), by, len(rows) - replaced, replaced)
+    rows = pd.DataFrame(
+        {
+            "request_id": matched["request_id"].astype(str),
+            "tenant": matched["tenant"].astype(str),
+            "outcome": matched["label"].astype(float),
+            "outcome_ts": pd.to_datetime(matched["outcome_ts"]),
+            "source": source,
+            "loaded_at": datetime.now(UTC).replace(tzinfo=None),
+        }
+    )
+    if _engine.is_duckdb(settings.warehouse):
+        raw = _engine.duckdb_connection(conn)
+        raw.register("_mlpipe_outcomes", rows)
+        try:
+            raw.execute(
+                "INSERT INTO outcomes (request_id, tenant, outcome, outcome_ts, source, loaded_at) "
+                "SELECT request_id, tenant, outcome, outcome_ts, source, loaded_at "
+                "FROM _mlpipe_outcomes"
+            )
+        finally:
+            raw.unregister("_mlpipe_outcomes")
+    else:
+        records = rows.astype(object).where(rows.notna(), None).to_dict("records")
+        conn.execute(_schema.outcomes.insert(), records)
+    return len(rows)

@@ -159,7 +159,9 @@ def prediction_window(
     extra = [p.c.entity_key, p.c.entity] if with_entities else []
     stmt = (
         sa.select(*(p.c[c] for c in _BASE), p.c.features, o.c.outcome, *extra)
-        .select_from(p.outerjoin(o, o.c.request_id == p.c.request_id))
+        .select_from(
+            p.outerjoin(o, sa.and_(o.c.request_id == p.c.request_id, o.c.tenant == p.c.tenant))
+        )
         .where(*cond)
     )
     with _engine.read(settings, notify) as conn:

@@ -44,11 +44,14 @@ def _not_duckdb(
 
 
 def _predictions(meta: sa.MetaData, name: str = "predictions") -> sa.Table:
-    """One row per logged prediction, keyed by (request_id, arm).
+    """One row per logged prediction, keyed by (request_id, tenant, arm).
 
-    A shadow answer shares its request id with the answer the client got, hence
-    the arm in the key. On DuckDB the key is kept by the loader, not by a
-    primary-key index (migration 4, :func:`_drop_predictions_key`).
+    Request ids are the client's and only unique within a tenant (migration 5);
+    a shadow answer shares its request id with the answer the client got, hence
+    the arm in the key. ``request_id`` leads the key so that a lookup by id alone
+    (``outcomes load`` without a tenant) uses its index on PostgreSQL. On DuckDB
+    the key is kept by the loader, not by a primary-key index (migration 4,
+    :func:`_drop_predictions_key`).
     """
     return sa.Table(
         name,
@@ -73,22 +76,28 @@ def _predictions(meta: sa.MetaData, name: str = "predictions") -> sa.Table:
         sa.Column("status", sa.String, nullable=False),
         sa.Column("segment", sa.String, nullable=False),
         sa.Column("loaded_at", sa.DateTime, nullable=False),
-        sa.PrimaryKeyConstraint("request_id", "arm").ddl_if(callable_=_not_duckdb),
+        sa.PrimaryKeyConstraint("request_id", "tenant", "arm").ddl_if(callable_=_not_duckdb),
     )
 
 
 predictions = _predictions(metadata)
 
-# Ground truth, resolved to the request it labels when it is loaded.
-outcomes = sa.Table(
-    "outcomes",
-    metadata,
-    sa.Column("request_id", sa.String, primary_key=True),
-    sa.Column("outcome", sa.Double, nullable=False),
-    sa.Column("outcome_ts", sa.DateTime, nullable=True),
-    sa.Column("source", sa.String, nullable=False),
-    sa.Column("loaded_at", sa.DateTime, nullable=False),
-)
+
+def _outcomes(meta: sa.MetaData, name: str = "outcomes") -> sa.Table:
+    """Ground truth, resolved when it is loaded to the request it labels: (request_id, tenant)."""
+    return sa.Table(
+        name,
+        meta,
+        sa.Column("request_id", sa.String, primary_key=True),
+        sa.Column("outcome", sa.Double, nullable=False),
+        sa.Column("outcome_ts", sa.DateTime, nullable=True),
+        sa.Column("source", sa.String, nullable=False),
+        sa.Column("loaded_at", sa.DateTime, nullable=False),
+        sa.Column("tenant", sa.String, primary_key=True),  # migration 5
+    )
+
+
+outcomes = _outcomes(metadata)
 
 # Mirror of the control plane's deployment history (the control plane is the source of truth).
 deployments = sa.Table(
@@ -133,6 +142,21 @@ segments = sa.Table(
     sa.Column("size", sa.BigInteger, nullable=False),
     sa.Column("rows", sa.Integer, nullable=False),
     sa.Column("skipped_lines", sa.Integer, nullable=False),
+    sa.Column("loaded_at", sa.DateTime, nullable=False),
+)
+
+
+# Lines of closed segments that did not load, kept to be looked at (migration 6): a line
+# that is not a record, or a record the warehouse cannot store (a NUL byte in a text
+# field, a number outside its column's range). ``record`` is the line as written.
+quarantine = sa.Table(
+    "quarantine",
+    metadata,
+    sa.Column("segment", sa.String, primary_key=True),
+    sa.Column("line", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("record", sa.Text, nullable=False),
     sa.Column("loaded_at", sa.DateTime, nullable=False),
 )
 
@@ -229,6 +253,91 @@ def _drop_predictions_key(conn: Connection) -> None:
 
 
 MIGRATIONS.append((4, "predictions without a primary-key index (DuckDB)", _drop_predictions_key))
+
+
+def _primary_key(conn: Connection, table: str) -> tuple[str | None, list[str]]:
+    """The primary-key constraint of ``table`` on PostgreSQL: its name and its columns in order."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT tc.constraint_name, kcu.column_name "
+            "FROM information_schema.table_constraints tc "
+            "JOIN information_schema.key_column_usage kcu "
+            "ON kcu.constraint_name = tc.constraint_name AND kcu.table_schema = tc.table_schema "
+            "WHERE tc.table_name = :t AND tc.constraint_type = 'PRIMARY KEY' "
+            "AND tc.table_schema = current_schema() ORDER BY kcu.ordinal_position"
+        ),
+        {"t": table},
+    ).all()
+    return (rows[0][0] if rows else None), [r[1] for r in rows]
+
+
+def _columns(conn: Connection, table: str) -> set[str]:
+    # information_schema rather than sa.inspect: duckdb-engine's inspector trips on pg_catalog.
+    return set(
+        conn.execute(
+            sa.text("SELECT column_name FROM information_schema.columns WHERE table_name = :t"),
+            {"t": table},
+        ).scalars()
+    )
+
+
+_TENANT_OF_OUTCOME = (
+    "coalesce((SELECT min(p.tenant) FROM predictions p WHERE p.request_id = o.request_id), '')"
+)
+
+
+def _rekey_postgres(conn: Connection) -> None:
+    """PostgreSQL: re-key ``predictions`` in place and give ``outcomes`` its tenant column."""
+    name, columns = _primary_key(conn, "predictions")
+    if name and columns != ["request_id", "tenant", "arm"]:
+        conn.exec_driver_sql(
+            f'ALTER TABLE predictions DROP CONSTRAINT "{name}", '
+            "ADD PRIMARY KEY (request_id, tenant, arm)"
+        )
+    if "tenant" in _columns(conn, "outcomes"):
+        return
+    name, _ = _primary_key(conn, "outcomes")
+    conn.exec_driver_sql("ALTER TABLE outcomes ADD COLUMN tenant VARCHAR")
+    conn.exec_driver_sql(f"UPDATE outcomes o SET tenant = {_TENANT_OF_OUTCOME}")
+    drop = f'DROP CONSTRAINT "{name}", ' if name else ""
+    conn.exec_driver_sql(
+        f"ALTER TABLE outcomes {drop}ALTER COLUMN tenant SET NOT NULL, "
+        "ADD PRIMARY KEY (request_id, tenant)"
+    )
+
+
+def _scope_by_tenant(conn: Connection) -> None:
+    """Key request ids by tenant: ``predictions`` by (request_id, tenant, arm), ``outcomes``
+    by (request_id, tenant).
+
+    Ids come from clients, so two tenants may log the same one; keyed by id alone
+    the second tenant's row was dropped at sync and its labels attached to the
+    first tenant's row. Before this migration a request id had one tenant in
+    ``predictions``, so each existing outcome takes the tenant of the prediction
+    it labels ('' where that prediction is gone). On DuckDB ``predictions`` has
+    no key index (the loader keeps the key) and ``outcomes`` is copied, since
+    DuckDB cannot drop a primary key in place.
+    """
+    if conn.dialect.name != "duckdb":
+        _rekey_postgres(conn)
+        return
+    if "tenant" in _columns(conn, "outcomes"):  # created by migration 1 after this change
+        return
+    staging = _outcomes(sa.MetaData(), name="outcomes_rebuild")
+    staging.create(conn)
+    conn.exec_driver_sql(
+        "INSERT INTO outcomes_rebuild (request_id, outcome, outcome_ts, source, loaded_at, tenant) "
+        f"SELECT request_id, outcome, outcome_ts, source, loaded_at, {_TENANT_OF_OUTCOME} "
+        "FROM outcomes o"
+    )
+    conn.exec_driver_sql("DROP TABLE outcomes")
+    conn.exec_driver_sql("ALTER TABLE outcomes_rebuild RENAME TO outcomes")
+
+
+MIGRATIONS.append((5, "request ids keyed by tenant (predictions, outcomes)", _scope_by_tenant))
+MIGRATIONS.append(
+    (6, "quarantine (lines of closed segments that did not load)", _create(quarantine))
+)
 HEAD = MIGRATIONS[-1][0]
 
 

@@ -3,7 +3,8 @@
 Closed segments end in ``.jsonl``; the one a worker is writing ends in
 ``.jsonl.open``, and a killed worker leaves its ``.open`` file behind, so both
 are read. A line that does not decode as a :class:`PredictionRecord` (a
-half-written last line, most often) is skipped and reported, never loaded.
+half-written last line, most often), or holds a record the warehouse cannot
+store (:func:`unstorable`), is skipped and reported, never loaded.
 Closed segments are read in chunks of up to ``CHUNK_BYTES`` with DuckDB's JSON
 reader (:func:`segments_sql`); a chunk it refuses, or a segment it lost lines
 of, is decoded line by line with msgspec so the bad lines are named
@@ -12,7 +13,7 @@ of, is decoded line by line with msgspec so the bad lines are named
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,19 +30,67 @@ _LIST_DECODER = msgspec.json.Decoder(list[PredictionRecord])
 _ENCODE = msgspec.json.encode
 
 
+# Why a line was not loaded, in three kinds (``SkippedLine.kind``).
+TORN = "half-written"  # the last line of a segment, without its newline
+NOT_A_RECORD = "not a record"
+CANNOT_STORE = "cannot be stored"  # a whole record with a value no warehouse column can hold
+
+
 @dataclass(frozen=True)
 class SkippedLine:
-    """A line that was not loaded: which file, which line (1-based), and why."""
+    """A line that was not loaded: which file, which line (1-based), why, and which kind of why."""
 
     segment: str
     line: int
     reason: str
+    kind: str = NOT_A_RECORD
 
 
 @dataclass
 class Parsed:
-    records: list[PredictionRecord]
-    skipped: list[SkippedLine]
+    """A segment's records the warehouse can store, the lines it skipped, and their bytes."""
+
+    records: list[PredictionRecord] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)
+    lines: dict[int, bytes] = field(default_factory=dict)  # line number -> a skipped line
+
+    def skip(self, skipped: SkippedLine, line: bytes) -> None:
+        self.skipped.append(skipped)
+        self.lines[skipped.line] = line
+
+    def keep(self, name: str, number: int, line: bytes, record: PredictionRecord) -> None:
+        why = unstorable(record)
+        if why is None:
+            self.records.append(record)
+        else:
+            self.skip(SkippedLine(name, number, why, CANNOT_STORE), line)
+
+
+# What the warehouse's columns hold, on DuckDB and PostgreSQL alike: INTEGER is 32-bit,
+# TIMESTAMP is read back as a Python datetime (years 1-9999), and PostgreSQL's text
+# cannot hold a NUL byte (DuckDB's can; both refuse it, so both load the same rows).
+_INT32 = (-(2**31), 2**31 - 1)
+TS_RANGE = (-62135596800.0, 253402300800.0)  # [0001-01-01, 10000-01-01) in unix seconds
+_TEXT_FIELDS = ("request_id", "tenant", "model", "version", "entity_key")
+
+
+def unstorable(record: PredictionRecord) -> str | None:
+    """Why the warehouse cannot store ``record`` (a reason naming the field), or None if it can.
+
+    JSON columns (``entity``, ``features``, ``features_missing``) are stored as
+    the encoder's text, which escapes a NUL and holds any number, so only the
+    plain columns are checked.
+    """
+    for name in _TEXT_FIELDS:
+        if "\x00" in getattr(record, name):
+            return f"{name} holds a NUL byte"
+    for name in ("generation", "label"):
+        value = getattr(record, name)
+        if not _INT32[0] <= value <= _INT32[1]:
+            return f"{name} {value} is outside the warehouse's INTEGER range"
+    if not TS_RANGE[0] <= record.ts < TS_RANGE[1]:
+        return f"ts {record.ts!r} is outside the years 1-9999"
+    return None
 
 
 CHUNK_BYTES = 256 * 1024 * 1024  # closed segments loaded in one statement and transaction
@@ -49,18 +98,22 @@ CHUNK_BYTES = 256 * 1024 * 1024  # closed segments loaded in one statement and t
 
 @dataclass
 class Batch:
-    """Rows to insert, segments loaded whole (path, size, rows, skipped lines), lines skipped."""
+    """Rows to insert, segments loaded whole (path, size, rows, skipped lines), lines skipped,
+    and the skipped lines of the segments loaded whole, to quarantine (line, its bytes)."""
 
-    tables: list[pa.Table]
-    finished: list[tuple[str, int, int, int]]
-    skipped: list[SkippedLine]
+    tables: list[pa.Table] = field(default_factory=list)
+    finished: list[tuple[str, int, int, int]] = field(default_factory=list)
+    skipped: list[SkippedLine] = field(default_factory=list)
+    quarantine: list[tuple[SkippedLine, bytes]] = field(default_factory=list)
 
     def add_parsed(self, rel: str, data: bytes, now: datetime) -> None:
         parsed = parse_segment(data, rel)
         self.skipped.extend(parsed.skipped)
         self.tables.append(_to_arrow(parsed.records, [rel] * len(parsed.records), now))
+        # An open segment may still grow; its lines are quarantined once it is closed.
         if not rel.endswith(".open"):
             self.finished.append((rel, len(data), len(parsed.records), len(parsed.skipped)))
+            self.quarantine.extend((s, parsed.lines[s.line]) for s in parsed.skipped)
 
 
 def segment_files(root: Path) -> list[Path]:
@@ -73,27 +126,32 @@ def segment_files(root: Path) -> list[Path]:
 
 
 def parse_segment(data: bytes, name: str) -> Parsed:
-    """Decode one segment's bytes; skip (and report) every line that is not a whole record."""
+    """Decode one segment's bytes; skip (and report) every line that is not a whole record,
+    or is one the warehouse cannot store (:func:`unstorable`)."""
     lines = data.split(b"\n")
     # Everything before the last newline is complete; what follows it is a tail that may be torn.
     complete, tail = lines[:-1], lines[-1]
     numbered = [(i + 1, line) for i, line in enumerate(complete) if line.strip()]
-    skipped: list[SkippedLine] = []
+    parsed = Parsed()
     try:
         records = _LIST_DECODER.decode(b"[" + b",".join(line for _, line in numbered) + b"]")
     except msgspec.DecodeError:
-        records = []
         for number, line in numbered:
             try:
-                records.append(DECODER.decode(line))
+                parsed.keep(name, number, line, DECODER.decode(line))
             except msgspec.DecodeError as exc:
-                skipped.append(SkippedLine(name, number, f"not a prediction record: {exc}"))
+                reason = f"not a prediction record: {exc}"
+                parsed.skip(SkippedLine(name, number, reason, NOT_A_RECORD), line)
+    else:
+        for (number, line), record in zip(numbered, records, strict=True):
+            parsed.keep(name, number, line, record)
     if tail.strip():
         try:
-            records.append(DECODER.decode(tail))
+            parsed.keep(name, len(lines), tail, DECODER.decode(tail))
         except msgspec.DecodeError:
-            skipped.append(SkippedLine(name, len(lines), "half-written last line (no newline)"))
-    return Parsed(records, skipped)
+            why = "half-written last line (no newline)"
+            parsed.skip(SkippedLine(name, len(lines), why, TORN), tail)
+    return parsed
 
 
 def _to_arrow(records: list[PredictionRecord], segment_of: list[str], now: datetime) -> pa.Table:
@@ -160,11 +218,14 @@ def segments_sql(root: Path) -> str:
     """Rows of the segments ``$files`` as ``predictions`` columns, plus ``ok``: a valid record.
 
     DuckDB's reader runs strict: a line that is not JSON, or holds a value of
-    the wrong type, raises ``duckdb.Error``. A line that parses but misses a
-    field or holds an impossible value is a row whose ``ok`` is false.
+    the wrong type (an integer outside INTEGER too), raises ``duckdb.Error``. A
+    line that parses but misses a field, holds an impossible value or one the
+    warehouse cannot store (:func:`unstorable`) is a row whose ``ok`` is false.
     """
     prefix = len(root.as_posix()) + 2  # 1-based substr after "<root>/"
     valid = " AND ".join(f"{c} IS NOT NULL" for c in _REQUIRED)
+    no_nul = f"NOT contains(concat({', '.join(_TEXT_FIELDS)}), chr(0))"
+    in_range = f"ts >= {TS_RANGE[0]} AND ts < {TS_RANGE[1]}"
     # A JSON value's text starts with "{" exactly when it is an object (a string
     # starts with a quote): checked without parsing it again, as json_type would.
     return f"""
@@ -177,7 +238,8 @@ def segments_sql(root: Path) -> str:
                coalesce(status, 'ok') AS status,
                substr(filename, {prefix}) AS segment,
                CAST($now AS TIMESTAMP) AS loaded_at,
-               coalesce({valid} AND arm IN ('champion', 'canary', 'shadow')
+               coalesce({valid} AND {no_nul} AND {in_range}
+                 AND arm IN ('champion', 'canary', 'shadow')
                  AND coalesce(status, 'ok') IN ('ok', 'error', 'timeout')
                  AND starts_with(CAST(features AS VARCHAR), '{{')
                  AND starts_with(CAST(entity AS VARCHAR), '{{'),
@@ -237,7 +299,7 @@ def read_chunk(chunk: list[Segment], root: Path, now: datetime) -> Batch:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    batch = Batch([], [], [])
+    batch = Batch()
     try:
         table, counts = _read_closed([path for _, path, _ in chunk], root, now)
     except duckdb.Error:  # a line DuckDB cannot read: msgspec reads the chunk and names it

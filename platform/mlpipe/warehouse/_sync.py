@@ -1,17 +1,22 @@
 """Loading prediction-log segments into ``predictions``: idempotent, bulk, tolerant of torn tails.
 
-Rows are keyed by (request_id, arm): a replayed or renamed segment adds
-nothing. Closed segments go in a chunk at a time (:mod:`._segments`), each chunk
+Rows are keyed by (request_id, tenant, arm): a replayed or renamed segment
+adds nothing. Closed segments go in a chunk at a time (:mod:`._segments`), each chunk
 in its own transaction, never row by row. On DuckDB one statement reads a chunk
 with DuckDB's JSON reader and inserts it (:func:`_load_whole`); a chunk that
 statement refuses (a line that is not a record) or whose rows repeat a key is
 read again into Arrow, line by line where it must, so the bad lines are named
-(:func:`read_chunk`). A sync also mirrors the deployment history it is handed
-(:mod:`._mirror`).
+(:func:`read_chunk`). A record the warehouse cannot store (a NUL byte in a text
+field, a number outside its column) is skipped like a line that is not a
+record, and the skipped lines of a closed segment are kept in ``quarantine``:
+one bad row never holds back the rows after it. A sync also mirrors the
+deployment history it is handed (:mod:`._mirror`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,11 +57,24 @@ class SyncResult:
     rows_total: int = 0
     deployments_loaded: int = 0  # control-plane history rows newly mirrored
     skipped: list[SkippedLine] = field(default_factory=list)
+    quarantined: int = 0  # skipped lines of closed segments written to ``quarantine``
     seconds: float = 0.0
 
     @property
     def duplicates(self) -> int:
         return self.rows_read - self.rows_loaded
+
+    @property
+    def skipped_counts(self) -> dict[str, int]:
+        """Lines skipped by kind (half-written, not a record, cannot be stored)."""
+        return dict(Counter(s.kind for s in self.skipped))
+
+
+# The anti-join that keeps a loaded key out: the row's (request_id, tenant, arm) is in the table.
+_KNOWN = (
+    "SELECT 1 FROM predictions p "
+    "WHERE p.request_id = i.request_id AND p.tenant = i.tenant AND p.arm = i.arm"
+)
 
 
 def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
@@ -66,21 +84,19 @@ def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
         cols = ", ".join(COLUMNS)
         # A batch almost never repeats a key: count first, and pay for DISTINCT ON only if it does.
         unique = raw.execute(
-            "SELECT count(*) = count(DISTINCT (request_id, arm)) FROM _mlpipe_incoming"
+            "SELECT count(*) = count(DISTINCT (request_id, tenant, arm)) FROM _mlpipe_incoming"
         ).fetchone()
         source = (
             "_mlpipe_incoming"
             if unique and unique[0]
-            else "(SELECT DISTINCT ON (request_id, arm) * FROM _mlpipe_incoming)"
+            else "(SELECT DISTINCT ON (request_id, tenant, arm) * FROM _mlpipe_incoming)"
         )
         # Keep only keys the table lacks: one set-based insert, which returns its row count.
         inserted = raw.execute(
             f"""
             INSERT INTO predictions ({cols})
             SELECT {cols} FROM {source} AS i
-            WHERE NOT EXISTS (
-                SELECT 1 FROM predictions p WHERE p.request_id = i.request_id AND p.arm = i.arm
-            )
+            WHERE NOT EXISTS ({_KNOWN})
             """
         ).fetchone()
     finally:
@@ -90,16 +106,15 @@ def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
 
 def _insert_generic(conn: Connection, table: pa.Table) -> int:
     # Portable path (PostgreSQL): filter known keys, then executemany in chunks.
-    rows = {(r["request_id"], r["arm"]): r for r in table.to_pylist()}
+    rows = {(r["request_id"], r["tenant"], r["arm"]): r for r in table.to_pylist()}
     p = _schema.predictions
+    key_columns = (p.c.request_id, p.c.tenant, p.c.arm)
     keys = list(rows)
     for start in range(0, len(keys), 1000):
         chunk = keys[start : start + 1000]
-        existing = conn.execute(
-            sa.select(p.c.request_id, p.c.arm).where(sa.tuple_(p.c.request_id, p.c.arm).in_(chunk))
-        ).all()
-        for key in existing:
-            rows.pop(tuple(key), None)
+        query = sa.select(*key_columns).where(sa.tuple_(*key_columns).in_(chunk))
+        for request_id, tenant, arm in conn.execute(query):
+            rows.pop((request_id, tenant, arm), None)
     fresh = list(rows.values())
     for start in range(0, len(fresh), 5000):
         conn.execute(p.insert(), fresh[start : start + 5000])
@@ -107,7 +122,7 @@ def _insert_generic(conn: Connection, table: pa.Table) -> int:
 
 
 def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datetime) -> bool:
-    """Whether the rows this chunk just added hold each (request_id, arm) once.
+    """Whether the rows this chunk just added hold each (request_id, tenant, arm) once.
 
     ``predictions`` has no key index on DuckDB (``_schema._drop_predictions_key``):
     the statement's anti-join keeps out keys already loaded, and this keeps out
@@ -116,7 +131,7 @@ def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datet
     """
     same = raw.execute(
         """
-        SELECT count(*) = count(DISTINCT (request_id, arm)) FROM predictions
+        SELECT count(*) = count(DISTINCT (request_id, tenant, arm)) FROM predictions
         WHERE loaded_at = CAST($now AS TIMESTAMP) AND list_contains($segments, segment)
         """,
         {"now": now, "segments": segments},
@@ -145,9 +160,7 @@ def _load_whole(
         INSERT INTO predictions ({cols})
         SELECT {cols} FROM ({segments_sql(root)}) AS i
         WHERE CASE WHEN ok THEN true ELSE error('not a prediction record: ' || segment) END
-          AND NOT EXISTS (
-            SELECT 1 FROM predictions p WHERE p.request_id = i.request_id AND p.arm = i.arm
-          )
+          AND NOT EXISTS ({_KNOWN})
         """,
         {"files": [path.as_posix() for _, path, _ in chunk], "now": now},
     ).fetchone()
@@ -160,16 +173,47 @@ def _load_whole(
     return read, loaded, [(rel, size, lines[rel], 0) for rel, _, size in chunk]
 
 
-def _book(conn: Connection, finished: list[tuple[str, int, int, int]], now: datetime) -> None:
-    """Record segments loaded whole, so that an unchanged one is not read again."""
-    seg = _schema.segments
+def _book(
+    conn: Connection,
+    finished: list[tuple[str, int, int, int]],
+    now: datetime,
+    quarantine: Sequence[tuple[SkippedLine, bytes]] = (),
+) -> int:
+    """Record segments loaded whole, so that an unchanged one is not read again, and keep
+    their skipped lines in ``quarantine`` (a segment read again replaces its own).
+    Returns how many lines it quarantined."""
+    seg, q = _schema.segments, _schema.quarantine
     for rel, size, n_rows, n_skipped in finished:
         conn.execute(seg.delete().where(seg.c.path == rel))
+        conn.execute(q.delete().where(q.c.segment == rel))
         conn.execute(
             seg.insert().values(
                 path=rel, size=size, rows=n_rows, skipped_lines=n_skipped, loaded_at=now
             )
         )
+    rows = [
+        {
+            "segment": line.segment,
+            "line": line.line,
+            "kind": line.kind,
+            "reason": line.reason,
+            "record": _storable_text(raw),
+            "loaded_at": now,
+        }
+        for line, raw in quarantine
+    ]
+    if rows:
+        conn.execute(q.insert(), rows)
+    return len(rows)
+
+
+_QUARANTINE_BYTES = 64 * 1024  # of a quarantined line, kept
+
+
+def _storable_text(raw: bytes) -> str:
+    """A line as text any warehouse stores: bytes that are not UTF-8 and NUL bytes escaped."""
+    text = raw[:_QUARANTINE_BYTES].decode("utf-8", errors="backslashreplace")
+    return text.replace("\x00", "\\x00")
 
 
 def _load_batch(
@@ -181,7 +225,7 @@ def _load_batch(
         result.rows_read += table.num_rows
         if table.num_rows:
             result.rows_loaded += insert(conn, table)
-    _book(conn, batch.finished, now)
+    result.quarantined += _book(conn, batch.finished, now, batch.quarantine)
 
 
 def _load_closed(
@@ -266,7 +310,7 @@ def sync(
             _load_closed(conn, chunk, root, result, now, on_duckdb)
         with conn.begin():
             for rel, path, _ in open_:
-                batch = Batch([], [], [])
+                batch = Batch()
                 batch.add_parsed(rel, path.read_bytes(), now)
                 _load_batch(conn, batch, result, now, on_duckdb)
             result.deployments_loaded = _mirror.insert_missing(conn, changes)

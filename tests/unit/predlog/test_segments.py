@@ -156,7 +156,7 @@ def test_parse_segment_skips_a_torn_last_line_and_names_it(make_record: MakeReco
     parsed = parse_segment(whole + torn, "w1-1.jsonl.open")
     assert [r.request_id for r in parsed.records] == ["r1", "r2"]
     assert parsed.skipped == [
-        SkippedLine("w1-1.jsonl.open", 3, "half-written last line (no newline)")
+        SkippedLine("w1-1.jsonl.open", 3, "half-written last line (no newline)", "half-written")
     ]
 
 
