@@ -8,7 +8,7 @@ that use them, so importing this package is cheap.
 
 from mlpipe.features._breaker import BreakerState, CircuitBreaker, store_breaker
 from mlpipe.features._datasets import read_entities, write_dataset
-from mlpipe.features._online import FeatureRow, OnlineFeatures, OnlineStats
+from mlpipe.features._online import FeatureRow, OnlineFeatures, OnlineStats, check_join_key
 from mlpipe.features._store import (
     AppliedRepo,
     FeatureServiceSpec,
@@ -32,6 +32,7 @@ __all__ = [
     "OnlineFeatures",
     "OnlineStats",
     "apply",
+    "check_join_key",
     "describe_service",
     "list_services",
     "materialize",

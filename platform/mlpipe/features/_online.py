@@ -11,6 +11,8 @@ failing, so its requests get defaults at once instead of each waiting it out.
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import threading
 import time
@@ -29,6 +31,8 @@ from mlpipe.features._store import (
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
+
+logger = logging.getLogger("mlpipe.features")
 
 _Key = tuple[Any, ...]
 # A cached entry: monotonic expiry, values, names of missing features.
@@ -149,14 +153,13 @@ class OnlineFeatures:
             self._cache.clear()
 
     def _key(self, entity: dict[str, Any]) -> _Key:
+        """The entity's join keys, checked against their types (:func:`check_join_key`)."""
         try:
             return tuple(
                 coerce(entity[k]) for k, coerce in zip(self._keys, self._coerce, strict=True)
             )
         except KeyError as exc:
-            raise InvalidInput(f"entity {entity!r} lacks the join key {exc.args[0]!r}") from exc
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"entity {entity!r}: {exc}") from exc
+            raise InvalidInput(f"entity.{exc.args[0]}: required by {self.spec.name}") from exc
 
     def _fetch(self, keys: list[_Key]) -> list[tuple[dict[str, float], tuple[str, ...]]]:
         with self._lock:
@@ -172,6 +175,13 @@ class OnlineFeatures:
                 )
                 rows = self._parse(response.proto, len(keys))
             except Exception:  # a broken store must not fail the request: serve defaults
+                # The keys were checked (_key), so the request's input is not the cause.
+                logger.warning(
+                    "feature store read for %s failed (%d entities); serving defaults",
+                    self.spec.name,
+                    len(keys),
+                    exc_info=True,
+                )
                 self._breaker.record(ok=False)
                 self._store_errors += len(keys)
                 self._reset_online_connection()
@@ -289,23 +299,37 @@ def _sqlite_path(store: Any) -> str | None:
 
 def _coercers(store: Any, service: Any, keys: tuple[str, ...]) -> list[Callable[[Any], Any]]:
     """Per join key, a function turning a request value into the entity's Python type."""
-    from feast.value_type import ValueType
-
-    types: dict[str, ValueType] = {}
+    types: dict[str, str] = {}
     for projection in service.feature_view_projections:
         for column in store.get_feature_view(projection.name).entity_columns:
-            types[column.name] = column.dtype.to_value_type()
-    ints = {ValueType.INT32, ValueType.INT64}
-    return [_as_int if types.get(k) in ints else _as_str for k in keys]
+            types[column.name] = column.dtype.to_value_type().name
+    return [functools.partial(check_join_key, k, value_type=types.get(k)) for k in keys]
 
 
-def _as_int(value: Any) -> int:
+_INT_RANGES = {"INT32": 2**31, "INT64": 2**63}
+
+
+def check_join_key(name: str, value: Any, value_type: str | None) -> int | str:
+    """``value`` as the Python value of a join key of Feast type ``value_type``.
+
+    ``INT32`` and ``INT64`` keys take an integer (or a string of one) within the
+    type's range; any other type takes a string (an integer is turned into one).
+    A key out of its type's range would make the store's read raise, which
+    would look like a store failure and count against the breaker of every
+    tenant; so it is refused here, as the request's fault. Raises
+    :class:`InvalidInput` naming ``entity.<name>``.
+    """
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise TypeError(f"expected an integer key, got {value!r}")
-    return int(value)
-
-
-def _as_str(value: Any) -> str:
-    if not isinstance(value, str | int) or isinstance(value, bool):
-        raise TypeError(f"expected a string key, got {value!r}")
-    return str(value)
+        raise InvalidInput(f"entity.{name}: expected an integer or a string, got {value!r}")
+    bound = _INT_RANGES.get(value_type or "")
+    if bound is None:
+        return str(value)
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidInput(f"entity.{name}: {value!r} is not an integer ({value_type})") from None
+    if not -bound <= number < bound:
+        raise InvalidInput(
+            f"entity.{name}: {number} is outside the {value_type} range [{-bound}, {bound - 1}]"
+        )
+    return number

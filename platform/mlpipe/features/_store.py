@@ -39,9 +39,11 @@ class FeatureServiceSpec:
     ``features`` are plain feature names, ``refs`` the matching ``view:feature``
     references, ``defaults`` the value served when a feature is missing (its
     Field's ``default`` tag, else 0.0), ``ttl_s`` the TTL of the feature's view in
-    seconds (0: never expires). ``definition_sha256`` hashes the service and its
-    views' entity, TTL and field definitions; it does not depend on where the
-    repository lives or when it was applied.
+    seconds (0: never expires). ``join_key_types`` names each join key's Feast
+    value type (``INT64``, ``STRING``, ...), which the gateway checks request keys
+    against. ``definition_sha256`` hashes the service and its views' entity, TTL
+    and field definitions; it does not depend on where the repository lives or
+    when it was applied.
     """
 
     name: str
@@ -51,6 +53,7 @@ class FeatureServiceSpec:
     ttl_s: dict[str, float]
     join_keys: list[str]
     definition_sha256: str
+    join_key_types: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ def open_store(settings: Settings) -> FeatureStore:
     """
     from feast import FeatureStore
 
+    if not settings.feature_store:
+        raise NotFound("this project has no feature store (feature_store = false in mlpipe.toml)")
     repo = settings.feature_repo_path
     yaml_file = settings.feature_store_yaml_path
     if not yaml_file.is_file():
@@ -232,6 +237,7 @@ def _spec(store: FeatureStore, service: FeatureService) -> FeatureServiceSpec:
     defaults: dict[str, float] = {}
     ttl_s: dict[str, float] = {}
     join_keys: list[str] = []
+    join_key_types: dict[str, str] = {}
     views: list[dict[str, Any]] = []
     for projection in service.feature_view_projections:
         view = _call(store, "read the feature view", store.get_feature_view, projection.name)
@@ -245,9 +251,10 @@ def _spec(store: FeatureStore, service: FeatureService) -> FeatureServiceSpec:
             ttl_s[feature.name] = ttl
             fields.append({"name": feature.name, "dtype": str(feature.dtype), "default": default})
         entity_columns = [{"name": c.name, "dtype": str(c.dtype)} for c in view.entity_columns]
-        for column in entity_columns:
-            if column["name"] not in join_keys:
-                join_keys.append(column["name"])
+        for column in view.entity_columns:
+            if column.name not in join_keys:
+                join_keys.append(column.name)
+                join_key_types[column.name] = column.dtype.to_value_type().name
         views.append(
             {
                 "view": view.name,
@@ -266,6 +273,7 @@ def _spec(store: FeatureStore, service: FeatureService) -> FeatureServiceSpec:
         ttl_s=ttl_s,
         join_keys=join_keys,
         definition_sha256=hashlib.sha256(canonical.encode()).hexdigest(),
+        join_key_types=join_key_types,
     )
 
 

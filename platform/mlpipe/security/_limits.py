@@ -1,7 +1,10 @@
 """Token buckets per tenant: in-process (split across workers) or shared in Redis.
 
-``take(tenant, rate, burst)`` returns 0.0 when the request may go, else the
-seconds until the next token (what ``Retry-After`` says). In-process buckets
+``take(tenant, rate, burst, cost, paid)`` returns 0.0 when the request may go
+(and takes ``cost - paid`` tokens: a request costs one, an Open Inference
+Protocol infer request one per row, of which it ``paid`` one on arrival), else
+the seconds until enough tokens are there (what ``Retry-After`` says), or
+infinity when ``cost`` is more than the bucket ever holds. In-process buckets
 cannot see the other workers, so each worker gets ``1/workers`` of the rate and
 burst — exact under even load balancing, which BentoML's shared socket gives
 only roughly; a Redis bucket is exact across workers and gateways.
@@ -22,7 +25,9 @@ logger = logging.getLogger("mlpipe.security")
 
 
 class RateLimiter(Protocol):
-    def take(self, tenant: str, rate: float, burst: int) -> float: ...
+    def take(
+        self, tenant: str, rate: float, burst: int, cost: float = 1.0, paid: float = 0.0
+    ) -> float: ...
 
 
 class LocalBuckets:
@@ -34,23 +39,31 @@ class LocalBuckets:
         self._state: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, at)
         self._lock = threading.Lock()
 
-    def take(self, tenant: str, rate: float, burst: int) -> float:
+    def take(
+        self, tenant: str, rate: float, burst: int, cost: float = 1.0, paid: float = 0.0
+    ) -> float:
         rate_here = rate * self.share
         cap = max(1.0, burst * self.share)
+        if cost > cap:
+            return math.inf
+        cost -= paid
         now = self._clock()
         with self._lock:
             tokens, at = self._state.get(tenant, (cap, now))
             tokens = min(cap, tokens + (now - at) * rate_here)
-            if tokens >= 1.0:
-                self._state[tenant] = (tokens - 1.0, now)
+            if tokens >= cost:
+                self._state[tenant] = (tokens - cost, now)
                 return 0.0
             self._state[tenant] = (tokens, now)
-            return (1.0 - tokens) / rate_here
+            return (cost - tokens) / rate_here
 
 
 _LUA = """
 local rate = tonumber(ARGV[1])
 local cap = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+if cost > cap then return 'inf' end
+cost = cost - tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local v = redis.call('HMGET', KEYS[1], 'tokens', 'at')
@@ -58,7 +71,7 @@ local tokens = tonumber(v[1]) or cap
 local at = tonumber(v[2]) or now
 tokens = math.min(cap, tokens + math.max(0, now - at) * rate)
 local wait = 0
-if tokens >= 1 then tokens = tokens - 1 else wait = (1 - tokens) / rate end
+if tokens >= cost then tokens = tokens - cost else wait = (cost - tokens) / rate end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
 redis.call('PEXPIRE', KEYS[1], math.ceil(cap / rate * 1000) + 1000)
 return tostring(wait)
@@ -81,17 +94,20 @@ class RedisBuckets:
         self._prefix = prefix
         self._warned_at = 0.0
 
-    def take(self, tenant: str, rate: float, burst: int) -> float:
+    def take(
+        self, tenant: str, rate: float, burst: int, cost: float = 1.0, paid: float = 0.0
+    ) -> float:
         import redis
 
         try:
-            return float(self._script(keys=[self._prefix + tenant], args=[rate, burst]))
+            args = [rate, burst, cost, paid]
+            return float(self._script(keys=[self._prefix + tenant], args=args))
         except redis.RedisError:
             now = time.monotonic()
             if now - self._warned_at > 10:
                 self._warned_at = now
                 logger.exception("rate limiter: Redis unreachable, using per-process buckets")
-            return self._fallback.take(tenant, rate, burst)
+            return self._fallback.take(tenant, rate, burst, cost, paid)
 
 
 def retry_after(wait_s: float) -> int:

@@ -10,7 +10,10 @@ The outermost of mlpipe's layers inside BentoML's app (the order is in
 - the tenant's token bucket is taken; an empty one gets 429 with ``Retry-After``;
 - ``scope["state"]["tenant"]`` and ``["pin"]`` (the arm the tenant is pinned
   to, or None) are set, which the gateway copies into the request: the tenant
-  goes into the prediction-log row, the pin into routing.
+  goes into the prediction-log row, the pin into routing; ``["charge"]`` takes
+  more from the same bucket (``charge(cost, paid=1)``: 0.0, or the seconds to
+  wait; see :mod:`mlpipe.security`'s limits), which the Open Inference
+  Protocol layer uses to charge a token per row.
 
 A rejected request never reaches the gateway, so it leaves no log row.
 ``security.auth``: ``"auto"`` (default) requires keys once any tenant exists in
@@ -20,8 +23,10 @@ embedded demo keeps working); ``"on"`` and ``"off"`` force it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.security import TenantDirectory, rate_limiter, retry_after, tenant_store
@@ -97,17 +102,25 @@ class AuthGateway:
             await _reply(scope, send, 429, body, [(b"retry-after", str(seconds).encode())])
             return
         self.metrics.tenant_requests.labels(tenant.name, "allowed").inc()
-        await self._pass(scope, receive, send, tenant.name, tenant.pin)
+        charge = functools.partial(self.limiter.take, tenant.name, tenant.rate, tenant.burst)
+        await self._pass(scope, receive, send, tenant.name, tenant.pin, charge)
 
     def _is_open(self, path: str) -> bool:
         return path in self.open_exact or path.startswith(self.open_prefixes or ("\0",))
 
     async def _pass(
-        self, scope: Scope, receive: Receive, send: Send, tenant: str, pin: str | None = None
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        tenant: str,
+        pin: str | None = None,
+        charge: Callable[..., float] | None = None,
     ) -> None:
         state = dict(scope.get("state") or {})
         state["tenant"] = tenant
         state["pin"] = pin
+        state["charge"] = charge
         await self.app({**scope, "state": state}, receive, send)
 
 

@@ -6,8 +6,12 @@ before the request joins a batch:
 
 - refuses malformed JSON (400); the body's size was checked by the intake (413),
   which sits above this layer in the stack (:mod:`mlpipe.serving._stack`);
-- validates it (pydantic; 422 naming the field), checks the model is served
-  here (404) and that the inputs it needs are there (422);
+- validates it (pydantic; 422 naming the field), refuses a control character
+  in its ``request_id`` or entity strings (400: the log and the warehouse keep
+  them), checks the model is served here (404), that the inputs it needs are
+  there and that each join key fits its entity's Feast type (422: a key the
+  store cannot read, such as ``2**63`` for an INT64 entity, would otherwise
+  fail the read and count against the feature-store breaker of every tenant);
 - sets ``request_id`` (if absent), ``received_ns`` (when the intake saw the
   request arrive, else now), ``tenant`` and ``pin``;
 - awaits its answer from ``batch`` (in the service: BentoML's batcher for the
@@ -18,7 +22,8 @@ before the request joins a batch:
 Every error body is ``{"error": ..., "status": ..., "field": ...}``; statuses
 come from :mod:`mlpipe.errors` in :func:`~mlpipe.serving._error_bodies.error_for`,
 the one place that maps them. A rejected request never reaches the pipeline, so
-it leaves no log row.
+it leaves no log row. These checks are :func:`parse_request` and :func:`admit`,
+which the Open Inference Protocol layer applies to every row of an infer request.
 
 BentoML's OpenAPI document (``/docs.json``) describes the batch API it serves,
 a list of requests; the gateway rewrites the ``/predict`` operation in it to the
@@ -32,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -53,7 +58,12 @@ from mlpipe.serving._error_bodies import error_body, error_for
 from mlpipe.serving._ids import new_request_id
 from mlpipe.serving._refusal import refuse
 from mlpipe.serving._runtime import ServingRuntime
-from mlpipe.serving._schema import PredictRequest, PredictResponse, describe_validation_error
+from mlpipe.serving._schema import (
+    PredictRequest,
+    PredictResponse,
+    control_character_problem,
+    describe_validation_error,
+)
 
 _JSON = [(b"content-type", b"application/json")]
 logger = logging.getLogger("mlpipe.serving.gateway")
@@ -85,6 +95,60 @@ _ERRORS = {
 
 # Answers one request as part of a batch: BentoML's adaptive batcher in the service.
 Batch = Callable[[PredictRequest], Awaitable[dict[str, Any]]]
+
+
+class Refused(Exception):
+    """A request answered with ``body`` (an error body) instead of being scored."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        super().__init__(body["error"])
+        self.body = body
+
+
+def parse_request(data: bytes | dict[str, Any]) -> PredictRequest:
+    """A ``/predict`` body (JSON bytes, or the dict of one) as a request; raises :class:`Refused`.
+
+    Malformed JSON is 400; a body that breaks the contract is 422 naming the field.
+    """
+    try:
+        if isinstance(data, dict):
+            return PredictRequest.model_validate(data)
+        return PredictRequest.model_validate_json(data)
+    except ValidationError as exc:
+        field, message = describe_validation_error(exc)
+        if exc.errors()[0]["type"] == "json_invalid":
+            raise Refused(error_body(f"malformed JSON: {message}", 400)) from exc
+        raise Refused(error_body(message, 422, field)) from exc
+
+
+def admit(
+    rt: ServingRuntime | None, req: PredictRequest, state: Mapping[str, Any]
+) -> PredictRequest:
+    """``req`` ready for a batch, or :class:`Refused`: the gateway's checks, in one place.
+
+    A control character in a string the log keeps is 400; not ready is 503; a
+    model not served here is 404; a missing input or a join key outside its
+    entity's type is 422 naming the field. The admitted request gets its
+    ``request_id`` (if absent), ``received_ns`` (when the intake saw it, else
+    now), ``tenant`` and ``pin`` (from the auth layer's ``state``).
+    """
+    problem = control_character_problem(req)
+    if problem is not None:
+        raise Refused(error_body(problem[1], 400, problem[0]))
+    if rt is None or not rt.ready:
+        raise Refused(error_body("not ready: models still loading", 503))
+    try:
+        rt.pipeline.check(req)
+    except MlpipeError as exc:
+        raise Refused(error_for(exc)) from exc
+    return req.model_copy(
+        update={
+            "request_id": req.request_id or new_request_id(),
+            "received_ns": state.get("received_ns") or time.time_ns(),
+            "tenant": state.get("tenant", "default"),
+            "pin": state.get("pin"),
+        }
+    )
 
 
 def _status_of(exc: Exception) -> int:
@@ -126,31 +190,11 @@ class PredictGateway:
         except ClientDisconnected:
             return  # nobody to answer
         try:
-            req = PredictRequest.model_validate_json(body)
-        except ValidationError as exc:
-            field, message = describe_validation_error(exc)
-            if exc.errors()[0]["type"] == "json_invalid":
-                await refuse(send, error_body(f"malformed JSON: {message}", 400))
-            else:
-                await refuse(send, error_body(message, 422, field))
+            req = admit(rt, parse_request(body), scope.get("state") or {})
+        except Refused as exc:
+            await refuse(send, exc.body)
             return
-        if rt is None or not rt.ready:
-            await refuse(send, error_body("not ready: models still loading", 503))
-            return
-        try:
-            rt.pipeline.check(req)
-        except MlpipeError as exc:
-            await refuse(send, error_for(exc))
-            return
-        state = scope.get("state") or {}
-        req = req.model_copy(
-            update={
-                "request_id": req.request_id or new_request_id(),
-                "received_ns": state.get("received_ns") or time.time_ns(),
-                "tenant": state.get("tenant", "default"),
-                "pin": state.get("pin"),
-            }
-        )
+        assert rt is not None  # admit refuses while there is none
         await self._answer(send, rt, req, started)
 
     async def _answer(
@@ -238,4 +282,4 @@ def _buffered(send: Send, finish: Callable[[Message, bytes], Awaitable[None]]) -
     return capture
 
 
-__all__ = ["PredictGateway"]
+__all__ = ["PredictGateway", "Refused", "admit", "parse_request"]

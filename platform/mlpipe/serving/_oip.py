@@ -7,10 +7,21 @@ checked the body's type and size) and outside the overload gate and
 - ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``;
 - ``GET /v2/models/{name}`` (and ``.../ready``): the model's inputs and outputs;
 - ``POST /v2/models/{name}/infer``: each row of the request's tensors becomes
-  one ``/predict`` request sent down the same stack (overload gate, gateway
-  validation, routing, features, batching, prediction log), and the answers
-  are put back together as output tensors ``score`` (FP64), ``label``
-  (INT64), ``version``, ``arm`` and ``request_id`` (BYTES).
+  one ``/predict`` request, checked as the gateway checks one
+  (:func:`~mlpipe.serving._gateway.admit`: 400, 404, 422 for the first row at
+  fault); the tenant is charged a token per row (the auth layer took one on
+  arrival; 429 with ``Retry-After`` when the rest are not there); then the
+  rows are scored as one batch by the pipeline, ``together``: every row is
+  answered and logged, or none is (decision 024). The answers are put back
+  together as output tensors ``score`` (FP64), ``label`` (INT64),
+  ``version``, ``arm`` and ``request_id`` (BYTES).
+
+An infer request is one request to admission: the front door refuses it
+(503) while the worker is saturated, as it refuses ``/predict``; it is scored
+on arrival, not queued in BentoML's batcher, so it holds no in-flight slot.
+Its rows used to go down the stack one ``/predict`` each, each taking a slot:
+a request of more rows than ``reliability.max_inflight`` was always refused,
+after the rows that got a slot had been scored and logged.
 
 Inputs are named after the model's request-time features (one column each,
 shape ``[N]`` or ``[N, 1]``) and its entity join keys (INT64 or BYTES); one
@@ -31,21 +42,24 @@ describes every route from the same models for ``/docs.json``.
 
 from __future__ import annotations
 
-import asyncio
-import json
+import logging
+import math
+import time
 from typing import Any
 
+from mlpipe.security import retry_after
 from mlpipe.serving import _runtime
 from mlpipe.serving._asgi import (
     ASGIApp,
     ClientDisconnected,
-    Message,
     Receive,
     Scope,
     Send,
     read_body,
     send_json,
 )
+from mlpipe.serving._error_bodies import error_body
+from mlpipe.serving._gateway import Refused, admit, parse_request
 from mlpipe.serving._oip_codec import (
     ProtocolError,
     decode_request,
@@ -55,21 +69,17 @@ from mlpipe.serving._oip_codec import (
     requested_outputs,
 )
 from mlpipe.serving._oip_schema import PREFIX
+from mlpipe.serving._refusal import refuse
+
+logger = logging.getLogger("mlpipe.serving.oip")
 
 
 class InferenceProtocol:
     """Wraps the app below the auth layer; only paths under ``/v2`` are touched."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        max_rows: int = 1024,
-        predict_path: str = "/predict",
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, max_rows: int = 1024) -> None:
         self.app = app
         self.max_rows = max_rows
-        self.predict_path = predict_path
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -123,6 +133,8 @@ class InferenceProtocol:
     # -- infer --
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, served: Any) -> None:
+        """Score the request's rows as one batch: all answered, or none (and none logged)."""
+        started = time.perf_counter()
         body = await read_body(scope, receive)  # the intake held it to max_body_bytes
         header_len = _header(scope, b"inference-header-content-length")
         if header_len is not None and not header_len.isdigit():
@@ -130,61 +142,62 @@ class InferenceProtocol:
         request = decode_request(body, int(header_len) if header_len else None)
         rows = request_rows(served, request, self.max_rows)
         requested_outputs(request)  # refuse unknown outputs before anything is scored
-        answers = await asyncio.gather(*(self._predict(scope, row) for row in rows))
-        for status, answer in answers:
-            if status != 200:
-                error = {"error": answer.get("error", str(answer)), "status": status}
-                await send_json(send, status, error)
-                return
-        response = encode_response(served.name, request, [a for _, a in answers])
-        await _reply(send, 200, *response)
-
-    async def _predict(self, scope: Scope, row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """One ``/predict`` down the stack below: (status, decoded JSON body)."""
-        payload = json.dumps(row).encode()
-        headers = [
-            (k, v) for k, v in scope["headers"] if k not in (b"content-length", b"content-type")
-        ]
-        headers += [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(payload)).encode()),
-        ]
-        inner = {
-            **scope,
-            "method": "POST",
-            "path": self.predict_path,
-            "raw_path": self.predict_path.encode(),
-            "query_string": b"",
-            "headers": headers,
-        }
-        sent = False
-
-        async def receive() -> Message:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": payload, "more_body": False}
-
-        status = 500
-        chunks: list[bytes] = []
-
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            elif message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-
-        await self.app(inner, receive, capture)
-        raw = b"".join(chunks)
+        rt = _runtime.current()
+        state = scope.get("state") or {}
         try:
-            answer = json.loads(raw) if raw else {}
-        except ValueError:
-            answer = {"error": raw.decode(errors="replace")[:500]}
-        if not isinstance(answer, dict):
-            answer = {"error": str(answer)[:500]}
-        return status, answer
+            requests = [admit(rt, parse_request(row), state) for row in rows]
+        except Refused as exc:
+            await refuse(send, exc.body)
+            return
+        assert rt is not None  # admit refuses while there is none
+        over_limit = _charge_rows(state, len(requests))
+        if over_limit is not None:
+            await refuse(send, *over_limit)
+            return
+        try:
+            answers = rt.pipeline.predict_batch(requests, together=True)
+        except Exception:  # a bug, not the request: the server log has it, the client a 500
+            logger.exception("infer request of %d rows for %s failed", len(requests), served.name)
+            await refuse(send, error_body("the batch failed; see the server log", 500))
+            return
+        failed = next((a for a in answers if "error" in a), None)
+        if failed is not None:
+            await refuse(send, {k: v for k, v in failed.items() if k != "request_id"})
+            return
+        elapsed = time.perf_counter() - started
+        for answer in answers:
+            rt.metrics.latency.labels(served.name, answer["arm"]).observe(elapsed)
+        await _reply(send, 200, *encode_response(served.name, request, answers))
+
+
+def _charge_rows(
+    state: dict[str, Any], rows: int
+) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]] | None:
+    """Take a token per row beyond the one the request paid on arrival; the 429 if short.
+
+    Without this one token bought up to ``max_rows`` predictions. A request of
+    more rows than the tenant's bucket holds can never pass: its 429 says so
+    and has no ``Retry-After``.
+    """
+    charge = state.get("charge")
+    if charge is None or rows <= 1:
+        return None  # no tenant (auth off), or the arrival token covered it
+    wait = charge(rows, paid=1)
+    if wait <= 0:
+        return None
+    tenant = state.get("tenant")
+    if math.isinf(wait):
+        message = (
+            f"rate limit of tenant {tenant!r}: {rows} rows cost {rows} tokens, more than "
+            "its burst holds; send fewer rows per request"
+        )
+        return error_body(message, 429), []
+    seconds = retry_after(wait)
+    message = (
+        f"rate limit of tenant {tenant!r} exceeded: {rows} rows cost {rows} tokens; "
+        f"retry after {seconds}s"
+    )
+    return error_body(message, 429), [(b"retry-after", str(seconds).encode())]
 
 
 def _served(name: str) -> Any:

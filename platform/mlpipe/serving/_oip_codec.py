@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from mlpipe.serving._oip_schema import InferenceRequest
-from mlpipe.serving._schema import describe_validation_error
+from mlpipe.serving._schema import control_character, describe_validation_error
 
 MATRIX_INPUT = "features"
 OUTPUTS = {
@@ -89,6 +89,9 @@ def decode_request(body: bytes, header_len: int | None) -> dict[str, Any]:
         if exc.errors()[0]["type"] == "json_invalid":
             message = f"malformed JSON: {message}"
         raise ProtocolError(message) from exc
+    char = control_character(request["id"] or "")
+    if char is not None:  # the id names the logged rows (id-0, id-1, ...)
+        raise ProtocolError(f"id: control character {char} not allowed")
     offset = 0
     for tensor in request["inputs"]:
         name, dtype, shape = tensor["name"], tensor["datatype"], tensor["shape"]

@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 from pydantic.json_schema import models_json_schema
 
+from mlpipe.serving._schema import NO_CONTROL_CHARACTERS
+
 PREFIX = "/v2"
 
 
@@ -67,9 +69,13 @@ class RequestParameters(_Message):
 
 
 class InferenceRequest(_Message):
-    """``POST /v2/models/{name}/infer``: the JSON part of the request."""
+    """``POST /v2/models/{name}/infer``: the JSON part of the request.
 
-    id: str | None = None
+    ``id`` names the request's logged rows (``id-0``, ``id-1``, ...): a control
+    character in it is refused (400), as in ``/predict``'s ``request_id``.
+    """
+
+    id: Annotated[str, Field(json_schema_extra={"pattern": NO_CONTROL_CHARACTERS})] | None = None
     parameters: RequestParameters | None = None
     inputs: Annotated[list[RequestInput], Field(min_length=1)]
     outputs: list[RequestOutput] | None = None

@@ -12,7 +12,9 @@ versions are scored afterwards on a background thread, logged with arm
 A model that raises (or returns a non-finite score) for a version group is
 retried row by row, so a poison request fails alone: it gets an error body
 (422 when the model rejected the input with a ``ValueError``, else 500), no
-log row, and the rest of the batch is answered as usual.
+log row, and the rest of the batch is answered as usual. The rows of one
+Open Inference Protocol request are scored as one batch ``together``: one
+failed row fails them all, and none is logged as answered.
 
 A request still unanswered ``serving.request_timeout_s`` after it arrived
 (it queued too long) gets 504 and is logged with status ``timeout``, never as
@@ -36,10 +38,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from mlpipe.errors import InvalidInput, NotFound
+from mlpipe.features import check_join_key
 from mlpipe.predlog import Arm, PiiHasher, PredictionRecord
 from mlpipe.routing import entity_key
 from mlpipe.serving._caches import LRUCache, normalized_vector
-from mlpipe.serving._error_bodies import ModelFailure, error_body, model_error
+from mlpipe.serving._error_bodies import ModelFailure, error_body, error_for, model_error
 from mlpipe.serving._generations import GenerationLoader, ServingModel, VersionPlan
 from mlpipe.serving._log_failures import LogFailurePolicy
 from mlpipe.serving._online_features import FeatureFetcher, OnlineFeatureFetcher
@@ -103,7 +106,10 @@ class ScoringPipeline:
     # -- validation (the gateway calls this before a request joins a batch) --
 
     def check(self, req: PredictRequest) -> None:
-        """Raise NotFound for an unknown model, InvalidInput naming a missing input."""
+        """Raise NotFound for an unknown model, InvalidInput naming a missing or unreadable input.
+
+        A join key must fit its entity's Feast type (:func:`~mlpipe.features.check_join_key`).
+        """
         served = self.loader.models.get(req.model)
         if served is None:
             known = ", ".join(sorted(self.loader.models)) or "none"
@@ -113,18 +119,24 @@ class ScoringPipeline:
                 for key in plan.spec.join_keys:
                     if key not in req.entity:
                         raise InvalidInput(f"entity.{key}: required by {plan.spec.name}")
+                    check_join_key(key, req.entity[key], plan.spec.join_key_types.get(key))
             for name in plan.request_features:
                 if name not in req.features:
                     raise InvalidInput(f"features.{name}: required request-time input")
 
     # -- the batch --
 
-    def predict_batch(self, requests: Sequence[PredictRequest]) -> list[dict[str, Any]]:
+    def predict_batch(
+        self, requests: Sequence[PredictRequest], *, together: bool = False
+    ) -> list[dict[str, Any]]:
         """One response (or error body with ``status``) per request, in order.
 
         The rows of every answered request are in the prediction log (an OS
         write) before this returns; if that write fails, it raises and no
-        request of the batch is answered.
+        request of the batch is answered. ``together``: the requests are the
+        rows of one client request (an Open Inference Protocol infer), answered
+        all or not at all: when one cannot be answered, none is, and none is
+        logged as answered.
         """
         results: list[dict[str, Any]] = [{} for _ in requests]
         items: list[_Item] = []
@@ -141,6 +153,8 @@ class ScoringPipeline:
         self._features(items)
         self._score(items)
         self._expire(items)
+        if together:
+            _fail_together(items)
         self._append(items)
         answered = [it for it in items if it.error is None]
         for it in items:
@@ -208,11 +222,30 @@ class ScoringPipeline:
             entities = [{k: it.req.entity[k] for k in spec.join_keys} for it in group]
             try:
                 rows: list[Any] = self._fetch(service, entities)
+            except InvalidInput:  # one request's keys; the gateway's check lets none through
+                rows = self._fetch_each(service, group, entities)
             except Exception:  # the online path never fails a request over features
                 logger.exception("feature fetch for %s failed; serving defaults", service)
                 rows = [None] * len(group)
             for it, row in zip(group, rows, strict=True):
                 self._vector(it, row)
+
+    def _fetch_each(
+        self, service: str, group: list[_Item], entities: list[dict[str, Any]]
+    ) -> list[Any]:
+        """Fetch entity by entity: a request whose keys the store refuses fails alone (422)."""
+        rows: list[Any] = []
+        for it, entity in zip(group, entities, strict=True):
+            try:
+                (row,) = self._fetch(service, [entity])
+            except InvalidInput as exc:
+                it.error = error_for(exc)
+                row = None
+            except Exception:
+                logger.exception("feature fetch for %s failed; serving defaults", service)
+                row = None
+            rows.append(row)
+        return rows
 
     def _vector(self, it: _Item, row: Any) -> None:
         plan, req = it.plan, it.req
@@ -373,6 +406,16 @@ class ScoringPipeline:
         if self.metrics:
             for labels, n in Counter((it.served.name, it.shadow) for it in items).items():
                 self.metrics.shadow.labels(*labels, result).inc(n)
+
+
+def _fail_together(items: Sequence[_Item]) -> None:
+    """When one item of a request answered together failed, fail every item with its error."""
+    failed = next((it for it in items if it.error is not None), None)
+    if failed is None:
+        return
+    for it in items:
+        if it.error is None:
+            it.error = failed.error  # not logged: only answers (and timeouts) are
 
 
 def _scores_of(model: Any, x: np.ndarray) -> list[float]:

@@ -6,12 +6,23 @@ gain fields.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic.config import JsonDict
 
-EntityValue = StrictInt | Annotated[StrictStr, Field(min_length=1, max_length=256)]
+# Strings the prediction log keeps carry no control character: the JSON schema says so
+# (for clients and fuzzers), and the gateway refuses one with 400 (control_character_problem).
+NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f\x7f-\x9f]*$"
+_TEXT: JsonDict = {"pattern": NO_CONTROL_CHARACTERS}
+# An integer is a 64-bit one: what the log, the warehouse (BIGINT) and Feast's INT64 hold.
+EntityValue = (
+    Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
+    | Annotated[StrictStr, Field(min_length=1, max_length=256, json_schema_extra=_TEXT)]
+)
 FeatureValue = Annotated[float, Field(allow_inf_nan=False)]
+_ENTITY_NAMES: JsonDict = {"propertyNames": {"minLength": 1, "maxLength": 100, **_TEXT}}
 
 
 class PredictRequest(BaseModel):
@@ -29,12 +40,14 @@ class PredictRequest(BaseModel):
 
     model: Annotated[StrictStr, Field(min_length=1, max_length=200)]
     entity: dict[Annotated[str, Field(min_length=1, max_length=100)], EntityValue] = Field(
-        max_length=16
+        max_length=16, json_schema_extra=_ENTITY_NAMES
     )
     features: dict[Annotated[str, Field(min_length=1, max_length=100)], FeatureValue] = Field(
         default_factory=dict, max_length=1000
     )
-    request_id: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
+    request_id: (
+        Annotated[StrictStr, Field(min_length=1, max_length=128, json_schema_extra=_TEXT)] | None
+    ) = None
     tenant: Annotated[StrictStr, Field(max_length=100)] = "default"
     received_ns: int = 0
     pin: Literal["champion", "canary"] | None = None
@@ -54,6 +67,35 @@ class PredictResponse(BaseModel):
     cache_hit: bool = False
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what NO_CONTROL_CHARACTERS excludes
+
+
+def control_character(text: str) -> str | None:
+    """The first control character (C0, DEL or C1) in ``text`` as ``U+XXXX``, or None."""
+    found = _CONTROL.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
+
+
+def control_character_problem(req: PredictRequest) -> tuple[str, str] | None:
+    """(field, message) for a control character in a string the prediction log would keep.
+
+    The request id and the entity's names and string values are written to the
+    log and loaded into the warehouse, where PostgreSQL refuses a NUL in text
+    and terminals act on escape codes: such a request is refused (400), never
+    logged.
+    """
+    strings = [("request_id", req.request_id or "")]
+    for key, value in req.entity.items():
+        strings.append((f"entity.{key}", key))
+        if isinstance(value, str):
+            strings.append((f"entity.{key}", value))
+    for field, text in strings:
+        char = control_character(text)
+        if char is not None:
+            return field, f"{field}: control character {char} not allowed"
+    return None
+
+
 def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     """(field, readable message) for the first problem, e.g. ``("entity", "Field required")``."""
     err = exc.errors(include_url=False, include_context=False, include_input=False)[0]
@@ -62,4 +104,11 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     return loc, f"{loc}: {err['msg']}"
 
 
-__all__ = ["PredictRequest", "PredictResponse", "describe_validation_error"]
+__all__ = [
+    "NO_CONTROL_CHARACTERS",
+    "PredictRequest",
+    "PredictResponse",
+    "control_character",
+    "control_character_problem",
+    "describe_validation_error",
+]

@@ -60,3 +60,26 @@ def test_redis_buckets_are_shared_between_limiters() -> None:
 def test_redis_down_falls_back_to_local_buckets() -> None:
     r = RedisBuckets("redis://127.0.0.1:1/0", LocalBuckets(clock=Clock()))
     assert [r.take("t", 1.0, 2) == 0.0 for _ in range(3)] == [True, True, False]
+
+
+def test_a_request_can_cost_several_tokens_and_pays_nothing_when_refused() -> None:
+    clock = Clock()
+    b = LocalBuckets(clock=clock)
+    assert b.take("a", 1.0, 10, cost=6) == 0.0  # 4 left
+    assert b.take("a", 1.0, 10, cost=5) == pytest.approx(1.0)  # one short: a second
+    assert b.take("a", 1.0, 10, cost=5, paid=1) == 0.0  # 1 already paid: 4 more, 0 left
+    assert b.take("a", 1.0, 10) > 0
+    assert b.take("a", 1.0, 10, cost=11) == float("inf")  # more than the bucket ever holds
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
+def test_redis_buckets_charge_the_cost() -> None:
+    import uuid
+
+    r = RedisBuckets("redis://127.0.0.1:6379/0", LocalBuckets(), prefix=f"t:{uuid.uuid4().hex}:")
+    assert r.take("t", 0.001, 10, cost=6) == 0.0
+    assert r.take("t", 0.001, 10, cost=5) > 0  # 4 left: refused, nothing taken
+    assert r.take("t", 0.001, 10, cost=5, paid=1) == 0.0
+    assert r.take("t", 0.001, 10) > 0
+    assert r.take("t", 0.001, 10, cost=11) == float("inf")

@@ -36,14 +36,18 @@ class FakeModel:
     offset: float = 0.0
 
     def predict_scores(self, x: np.ndarray) -> np.ndarray:
+        if (x[:, 0] == CURSED_AMOUNT).any():
+            raise ValueError(f"amount {CURSED_AMOUNT:g} is not a real amount")
         # a deterministic function of the row, so a mix-up inside a batch shows
         return (np.tanh(x.sum(axis=1) / 1000.0) + 1) / 2 * 0.5 + self.offset
 
 
+CURSED_AMOUNT = 666.0  # FakeModel rejects a row with it (ValueError), as a strict model would
 SPEC = SimpleNamespace(
     name="fraud_v1",
     features=["txn_count_1h", "avg_amount_7d"],
     join_keys=["customer_id"],
+    join_key_types={"customer_id": "INT64"},
     defaults={"txn_count_1h": 0.0, "avg_amount_7d": 50.0},
 )
 
@@ -349,6 +353,35 @@ def _post(app: Any, content: bytes | str) -> httpx.Response:
         ('{"model": "nope", "entity": {"customer_id": 1}}', 404, "model"),
         ('{"model": "fraud", "entity": {"customer_id": 1}}', 422, "features.amount"),
         ('{"model": "fraud", "entity": ', 400, None),
+        (
+            '{"model": "fraud", "entity": {"customer_id": 9223372036854775808}, '
+            '"features": {"amount": 1}}',
+            422,
+            "entity.customer_id",
+        ),
+        (
+            '{"model": "fraud", "entity": {"customer_id": "7x"}, "features": {"amount": 1}}',
+            422,
+            "entity.customer_id",
+        ),
+        (
+            '{"model": "fraud", "entity": {"customer_id": 1}, "features": {"amount": 1}, '
+            '"request_id": "a\\u0000b"}',
+            400,
+            "request_id",
+        ),
+        (
+            '{"model": "fraud", "entity": {"customer_id": 1, "note": "\\u001b[31m"}, '
+            '"features": {"amount": 1}}',
+            400,
+            "entity.note",
+        ),
+        (
+            '{"model": "fraud", "entity": {"customer_id": 1}, "features": {"amount": 1}, '
+            '"request_id": "a\\u0085"}',
+            400,
+            "request_id",
+        ),
         ("[1, 2]", 422, "body"),
         ("x" * 5000, 413, None),
     ],
@@ -430,3 +463,28 @@ def test_gateway_adds_the_response_headers_it_is_given(env: Any) -> None:
     assert resp.status_code == 200
     assert resp.headers["x-bentoml-request-id"] == "00ab"
     assert resp.json()["model"] == "fraud"
+
+
+def test_requests_answered_together_fail_together_and_log_nothing(env: Any) -> None:
+    reqs = [_req(i, amount=CURSED_AMOUNT if i == 3 else 5.0) for i in range(6)]
+    alone = env.pipeline.predict_batch(reqs)
+    assert [r.get("status") for r in alone] == [None, None, None, 422, None, None]
+    assert len(env.sink.rows) == 5  # each answered request is logged
+    together = env.pipeline.predict_batch(reqs, together=True)
+    assert {r["status"] for r in together} == {422}
+    assert all("not a real amount" in r["error"] for r in together)
+    assert len(env.sink.rows) == 5  # nothing more: none of them was answered
+
+
+def test_a_key_the_store_refuses_fails_its_request_alone(env: Any) -> None:
+    def fetch(service: str, entities: list[dict[str, Any]]) -> list[Any]:
+        if any(e["customer_id"] == 13 for e in entities):
+            raise InvalidInput("entity.customer_id: 13 is unlucky")
+        return FakeFeatures()(service, entities)
+
+    env.pipeline._fetch = fetch
+    out = env.pipeline.predict_batch([_req(12), _req(13), _req(14)])
+    assert [r.get("status") for r in out] == [None, 422, None]
+    assert out[1]["field"] == "entity.customer_id"
+    assert out[0]["features_missing"] == [] and out[2]["features_missing"] == []
+    assert [r.request_id for r in env.sink.rows] == [out[0]["request_id"], out[2]["request_id"]]
