@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test audit lint typecheck docs bench bench-quick soak clean
+.PHONY: install demo test wheel-test audit lint typecheck docs bench bench-quick soak clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ docs: install
 # the waits (2 workers: 12 min 06 s; 3: 10 min 45 s, the same 281 passed).
 test: install lint typecheck docs
 	$(BIN)/pytest -n 3 --dist loadfile
+
+# The wheel as a user gets it: build it, install it (--no-deps) in a fresh venv that borrows
+# this one's dependencies, and run init -> register -> deploy -> serve -> predict -> sync in an
+# empty directory with the installed `mlpipe` (tests/integration/test_wheel.py; `test` runs it too).
+wheel-test: install
+	$(BIN)/pytest -p no:xdist -q tests/integration/test_wheel.py
 
 # pip-audit over constraints.txt (.ci/audit says SKIPPED where PyPI's JSON API is unreachable).
 audit: install

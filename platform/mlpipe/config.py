@@ -1,7 +1,8 @@
 """Typed settings: defaults, then ``mlpipe.toml``, then ``MLPIPE_*`` variables, then flags.
 
-``mlpipe.toml`` lives in the project home (``MLPIPE_HOME``, else the working
-directory) or where ``MLPIPE_CONFIG`` points. Its top-level keys are the base;
+A project is a directory with an ``mlpipe.toml``: its home is ``MLPIPE_HOME`` when
+set, else the nearest directory at or above the working directory that holds one
+(as git finds ``.git``); ``MLPIPE_CONFIG`` names another file. Its top-level keys are the base;
 a ``[profile.NAME]`` table overrides them when that profile is active
 (``MLPIPE_PROFILE`` or ``--profile``). Unknown keys are rejected with the key
 and the file named. Relative paths are resolved against the home.
@@ -11,12 +12,18 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from mlpipe.errors import ConfigError
 
@@ -42,6 +49,11 @@ class ServingSettings(_Section):
     # A request not answered this long after it arrived gets 504 (and is logged as a
     # timeout, never as an answer); the body must also arrive within it (else 408).
     request_timeout_s: float = Field(10.0, gt=0)
+    # A request head (request line and headers) larger than this gets 431, one not complete
+    # this long after its first byte (or the connection's start) is closed (decision 025).
+    # 0 lifts a bound; both 0 is uvicorn's own parser, only for measuring what they cost.
+    max_header_bytes: int = Field(64 * 1024, ge=0)
+    header_timeout_s: float = Field(10.0, ge=0)
     # BentoML's OpenTelemetry middleware on /predict and /v2: off, it passes every request
     # straight through (at BentoML's default sample rate of 0 it recorded nothing anyway);
     # on, BentoML's own `tracing` configuration (exporter, sample rate) applies.
@@ -117,7 +129,7 @@ class Settings(BaseSettings):
         env_prefix="MLPIPE_", env_nested_delimiter="__", extra="forbid"
     )
 
-    home: Path = Field(default_factory=Path.cwd)
+    home: Path = Field(default_factory=lambda: project_or_cwd())
     profile: str = "local"
     state_dir: Path = Path(".mlpipe")
     registry_uri: str | None = None
@@ -125,6 +137,8 @@ class Settings(BaseSettings):
     control_url: str | None = None
     warehouse_url: str | None = None
     warehouse_lock_timeout_s: float = Field(60.0, ge=0)
+    # false: the project has no Feast repository, and models take every input from the request
+    feature_store: bool = True
     feature_repo: Path = Path("feature_repo")
     feature_store_yaml: str = "feature_store.yaml"  # which Feast config in the repo; prod: Redis
     predlog_dir: Path | None = None
@@ -148,7 +162,18 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _TomlSource(settings_cls))
+        return (init_settings, env_settings, _TomlSource(settings_cls, init_settings))
+
+    @field_validator("control_url", "warehouse_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        """A URL SQLAlchemy can open, checked here so a typo is one line, not a traceback."""
+        if value is not None and _database_backend(value) not in _database_backends():
+            raise ValueError(
+                "not a database URL SQLAlchemy can open (e.g. sqlite:///PATH, "
+                "duckdb:///PATH, postgresql+psycopg://HOST/DB)"
+            )
+        return value
 
     def path(self, value: Path | str) -> Path:
         """Resolve a configured path against the project home."""
@@ -193,6 +218,26 @@ class Settings(BaseSettings):
         return self.path(self.reports_dir)
 
 
+def _database_backend(url: str) -> str | None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).get_backend_name()
+    except ArgumentError:
+        return None
+
+
+def _database_backends() -> set[str]:
+    """SQLAlchemy's own dialects and those installed as plugins (duckdb), none imported."""
+    from importlib.metadata import entry_points
+
+    from sqlalchemy import dialects
+
+    plugins = {ep.name.split(".")[0] for ep in entry_points(group="sqlalchemy.dialects")}
+    return set(dialects.__all__) | plugins
+
+
 def _current_user() -> str:
     try:
         return getpass.getuser()
@@ -200,12 +245,49 @@ def _current_user() -> str:
         return "unknown"
 
 
-def config_path() -> Path:
-    """Where ``mlpipe.toml`` is looked for."""
+def _nearest_project(start: Path) -> Path | None:
+    """The nearest directory at or above ``start`` that holds ``mlpipe.toml``."""
+    for directory in (start, *start.parents):
+        if (directory / CONFIG_FILE).is_file():
+            return directory
+    return None
+
+
+def find_project(start: Path | None = None) -> Path:
+    """The project home: ``MLPIPE_HOME`` when set, else the nearest directory at or above
+    ``start`` (default: the working directory) holding ``mlpipe.toml``, as git finds ``.git``.
+
+    With only ``MLPIPE_CONFIG`` set, a directory without ``mlpipe.toml`` (the working
+    directory) is the home. Raises :class:`ConfigError` when there is no project.
+    """
+    explicit = os.environ.get("MLPIPE_HOME")
+    if explicit:
+        return Path(explicit)
+    here = (start or Path.cwd()).resolve()
+    found = _nearest_project(here)
+    if found is not None:
+        return found
+    if os.environ.get("MLPIPE_CONFIG"):
+        return here
+    raise ConfigError(
+        f"not an mlpipe project (run mlpipe init): no {CONFIG_FILE} in {here} or above it"
+    )
+
+
+def project_or_cwd() -> Path:
+    """The project's home, or the working directory outside any project (library use, init)."""
+    try:
+        return find_project()
+    except ConfigError:
+        return Path.cwd()
+
+
+def config_path(home: Path | None = None) -> Path:
+    """Where ``mlpipe.toml`` is read: ``MLPIPE_CONFIG``, else in ``home`` (or the project's)."""
     explicit = os.environ.get("MLPIPE_CONFIG")
     if explicit:
         return Path(explicit)
-    return Path(os.environ.get("MLPIPE_HOME") or Path.cwd()) / CONFIG_FILE
+    return (home or project_or_cwd()) / CONFIG_FILE
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -217,45 +299,67 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
 
 
-def _profile_values(data: dict[str, Any], profile: str) -> dict[str, Any]:
+def _profile_values(data: dict[str, Any], profile: str, path: Path) -> dict[str, Any]:
     profiles = data.pop("profile", {})
-    if not isinstance(profiles, dict):
-        raise ConfigError(f"{config_path()}: 'profile' must be a table of [profile.NAME] tables")
+    if not isinstance(profiles, dict) or not all(isinstance(t, dict) for t in profiles.values()):
+        raise ConfigError(f"{path}: 'profile' must be a table of [profile.NAME] tables")
     if profile in profiles:
         data = {**data, **profiles[profile]}
     elif profile != "local" and profiles:
-        raise ConfigError(
-            f"{config_path()}: no [profile.{profile}] (have: {', '.join(sorted(profiles))})"
-        )
+        raise ConfigError(f"{path}: no [profile.{profile}] (have: {', '.join(sorted(profiles))})")
     return data
 
 
 class _TomlSource(PydanticBaseSettingsSource):
-    """Values from ``mlpipe.toml``, with the active profile's table laid over the base."""
+    """Values from ``mlpipe.toml``, with the active profile's table laid over the base.
+
+    The file is the one of the home passed to :class:`Settings` (``Settings(home=...)``),
+    else of the project found from the working directory.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings], init: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self._init = init
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        data = _read_toml(config_path())
+        home = getattr(self._init, "init_kwargs", {}).get("home")
+        path = config_path(Path(home) if home else None)
         profile = os.environ.get("MLPIPE_PROFILE") or "local"
-        return {**_profile_values(data, profile), "profile": profile}
+        return {**_profile_values(_read_toml(path), profile, path), "profile": profile}
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build the settings; raises :class:`ConfigError` naming the file and the field."""
+    """Build the settings; raises :class:`ConfigError` naming the file (or variable) and field."""
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if "profile" in overrides:
         os.environ["MLPIPE_PROFILE"] = overrides["profile"]
+    home = overrides.get("home")
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
-        raise ConfigError(f"invalid settings ({config_path()} or MLPIPE_*): {problems}") from exc
+        where = config_path(Path(home) if home else None)
+        raise ConfigError(f"invalid settings ({where} or MLPIPE_*): {problems}") from exc
+    except SettingsError as exc:
+        raise ConfigError(_env_problem(exc)) from exc
     settings.home = settings.home.resolve()
     return settings
+
+
+def _env_problem(exc: SettingsError) -> str:
+    """One line for an ``MLPIPE_*`` value pydantic-settings could not parse (not JSON)."""
+    field = re.search(r'field "(\w+)"', str(exc))
+    name = f"MLPIPE_{field.group(1).upper()}" if field else "an MLPIPE_* variable"
+    return (
+        f"invalid settings: {name} is not valid JSON (a list or table setting is JSON in "
+        f"the environment, e.g. MLPIPE_PII_FIELDS='[\"email\"]'; or set one key: "
+        f"MLPIPE_SERVING__PORT=4000)"
+    )
 
 
 __all__ = [
@@ -267,5 +371,7 @@ __all__ = [
     "ServingSettings",
     "Settings",
     "config_path",
+    "find_project",
+    "project_or_cwd",
     "load_settings",
 ]

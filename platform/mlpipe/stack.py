@@ -1,14 +1,15 @@
-"""The local stack: create it (``init``) and check every store (``doctor``)."""
+"""A project and its local stack: create them (``init``) and check every store (``doctor``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlpipe import deployments, features, registry, warehouse
-from mlpipe.config import Settings
-from mlpipe.errors import MlpipeError
+from mlpipe.config import CONFIG_FILE, Settings, load_settings, project_or_cwd
+from mlpipe.errors import InvalidInput, MlpipeError
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,52 @@ class StoreCheck:
     location: str
     ok: bool
     detail: str
+    configured: bool = True  # False: the project has none (no feature store), which is fine
+
+
+def init_project(
+    directory: Path | None = None, *, feature_store: bool = True, profile: str | None = None
+) -> tuple[Settings, list[InitStep]]:
+    """Make ``directory`` a project and create its local stack; a second run creates nothing.
+
+    Without ``directory``: the project around the working directory, else the working
+    directory (so ``init`` in a project's subdirectory never starts a second stack).
+    Raises :class:`InvalidInput`, changing nothing, when an existing ``mlpipe.toml``
+    keeps a feature store that ``feature_store=False`` says the project has not.
+    """
+    home = (directory or project_or_cwd()).resolve()
+    if home.exists() and not home.is_dir():
+        raise InvalidInput(f"{home} is not a directory")
+    if (home / CONFIG_FILE).exists() and not feature_store:
+        if load_settings(home=home, profile=profile).feature_store:
+            raise InvalidInput(
+                f"{home / CONFIG_FILE} has a feature store: set feature_store = false in it"
+            )
+    steps = [write_project(home, feature_store=feature_store)]
+    settings = load_settings(home=home, profile=profile)
+    return settings, steps + init(settings)
+
+
+def write_project(home: Path, *, feature_store: bool = True) -> InitStep:
+    """Make ``home`` a project: write its ``mlpipe.toml`` unless it has one (never rewritten)."""
+    path = home / CONFIG_FILE
+    if path.exists():
+        return InitStep("project", str(path), created=False)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        path.write_text(_PROJECT_TOML.format(feature_store=str(feature_store).lower()))
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {path}: {exc.strerror}") from exc
+    return InitStep("project", str(path), created=True)
+
+
+_PROJECT_TOML = """\
+# An mlpipe project: commands run in this directory or below it use these settings.
+# Every setting is optional (docs: configuration); MLPIPE_* variables override them.
+
+# false: no Feast repository; models take every input from the request
+feature_store = {feature_store}
+"""
 
 
 def init(settings: Settings) -> list[InitStep]:
@@ -33,6 +80,8 @@ def init(settings: Settings) -> list[InitStep]:
         _ensure_dir("prediction log", settings.predlog_path),
         _ensure_dir("reports", settings.reports_path),
     ]
+    if settings.feature_store:
+        steps.append(_ensure_feature_repo(settings))
     stores: list[tuple[str, str, Callable[[], object]]] = [
         ("registry", settings.registry, lambda: registry.client(settings)),
         ("control plane", settings.control, lambda: deployments.control_plane(settings)),
@@ -40,6 +89,37 @@ def init(settings: Settings) -> list[InitStep]:
     ]
     steps += [_ensure_store(store, url, create) for store, url, create in stores]
     return steps
+
+
+def _ensure_feature_repo(settings: Settings) -> InitStep:
+    """A Feast repository to add definitions to, where the settings name one and none is."""
+    yaml_file = settings.feature_store_yaml_path
+    existed = yaml_file.is_file()
+    if not existed:
+        yaml_file.parent.mkdir(parents=True, exist_ok=True)
+        yaml_file.write_text(_FEATURE_STORE_YAML.format(project=_feast_project(settings.home)))
+    return InitStep("feature store", str(yaml_file), created=not existed)
+
+
+_FEATURE_STORE_YAML = """\
+# Feast repository of this project: add entity and feature-view definitions (*.py)
+# beside this file, then `mlpipe features apply`. Paths are relative to this directory.
+project: {project}
+provider: local
+registry: data/registry.db
+online_store:
+  type: sqlite
+  path: data/online_store.db
+offline_store:
+  type: file
+entity_key_serialization_version: 3
+"""
+
+
+def _feast_project(home: Path) -> str:
+    """Feast wants a project name of letters, digits and '_' that starts with a letter."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", home.name).strip("_") or "project"
+    return name if name[0].isalpha() else f"p_{name}"
 
 
 def _warehouse_init(settings: Settings) -> None:
@@ -68,16 +148,27 @@ def _local_file(url: str) -> Path | None:
 
 
 def doctor(settings: Settings) -> list[StoreCheck]:
-    """Check each store the settings name; never raises for an unreachable store."""
+    """Check each store the settings name; never raises for an unreachable store.
+
+    A project without a feature store (``feature_store = false``) gets a passing
+    "not configured" row for it.
+    """
+    feature_store = StoreCheck("feature store", "", True, "not configured", configured=False)
     checks: list[tuple[str, str, Callable[[], str]]] = [
         ("registry", settings.registry, lambda: _check_registry(settings)),
         ("control plane", settings.control, lambda: _check_control(settings)),
+        ("aliases", settings.registry, lambda: deployments.check_aliases(settings)),
         ("feature store", str(settings.feature_repo_path), lambda: _check_features(settings)),
         ("warehouse", settings.warehouse, lambda: _check_warehouse(settings)),
         ("prediction log", str(settings.predlog_path), lambda: _check_dir(settings.predlog_path)),
         ("reports", str(settings.reports_path), lambda: _check_dir(settings.reports_path)),
     ]
-    return [_run_check(store, location, check) for store, location, check in checks]
+    return [
+        feature_store
+        if store == "feature store" and not settings.feature_store
+        else _run_check(store, location, check)
+        for store, location, check in checks
+    ]
 
 
 def _run_check(store: str, location: str, check: Callable[[], str]) -> StoreCheck:
@@ -139,4 +230,4 @@ def _check_dir(path: Path) -> str:
     return "writable"
 
 
-__all__ = ["InitStep", "StoreCheck", "doctor", "init"]
+__all__ = ["InitStep", "StoreCheck", "doctor", "init", "init_project", "write_project"]

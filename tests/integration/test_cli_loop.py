@@ -52,12 +52,18 @@ def test_init_is_idempotent_and_doctor_reports(home: Path, cli) -> None:  # type
     second = cli("init")
     assert second.returncode == 0
     assert "nothing to do: the local stack is already initialized" in second.stderr
+    assert (home / "mlpipe.toml").is_file()
     doctor = cli("doctor", "--json")
     checks = {c["store"]: c for c in json.loads(doctor.stdout)}
     assert checks["registry"]["ok"] and checks["control plane"]["ok"]
-    assert not checks["feature store"]["ok"]  # this empty home has no feature_repo/
-    assert "no feature_store.yaml" in checks["feature store"]["detail"]
-    assert doctor.returncode == 3
+    # init wrote a starter Feast repository: empty, but a feature store doctor can open
+    assert checks["feature store"]["detail"] == "0 feature service(s), online store: sqlite"
+    assert doctor.returncode == 0, doctor.stdout
+    (home / "feature_repo" / "feature_store.yaml").unlink()
+    broken = cli("doctor", "--json")
+    assert broken.returncode == 3
+    detail = {c["store"]: c["detail"] for c in json.loads(broken.stdout)}["feature store"]
+    assert detail == f"no feature_store.yaml in {home.resolve() / 'feature_repo'}"
 
 
 def test_status_shows_live_figures_per_arm(registered_home: Path, cli) -> None:  # type: ignore[no-untyped-def]

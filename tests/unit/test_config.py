@@ -1,10 +1,11 @@
 """Settings: defaults, then mlpipe.toml (and its profiles), then MLPIPE_* variables."""
 
+import os
 from pathlib import Path
 
 import pytest
 
-from mlpipe.config import load_settings
+from mlpipe.config import find_project, load_settings
 from mlpipe.errors import ConfigError
 
 
@@ -56,4 +57,96 @@ def test_unknown_key_and_bad_value_name_the_field(home: Path) -> None:
         load_settings()
     (home / "mlpipe.toml").write_text("[serving]\nport = 'many'\n")
     with pytest.raises(ConfigError, match=r"serving.port: Input should be a valid integer"):
+        load_settings()
+
+
+@pytest.fixture
+def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory in no project, with no MLPIPE_* variable set."""
+    for key in [k for k in os.environ if k.startswith("MLPIPE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_project_is_the_nearest_mlpipe_toml_above(nowhere: Path) -> None:
+    (nowhere / "mlpipe.toml").write_text('experiment = "outer"\n')
+    deep = nowhere / "src" / "pkg"
+    deep.mkdir(parents=True)
+    os.chdir(deep)
+    assert find_project() == nowhere.resolve()
+    settings = load_settings(home=find_project())
+    assert settings.experiment == "outer"
+    assert settings.state_path == nowhere.resolve() / ".mlpipe"
+
+
+def test_mlpipe_home_wins_over_the_walk(nowhere: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (nowhere / "mlpipe.toml").write_text("")
+    other = nowhere / "elsewhere"
+    other.mkdir()
+    monkeypatch.setenv("MLPIPE_HOME", str(other))
+    assert find_project() == other
+
+
+def test_outside_a_project_is_named_and_nothing_is_created(nowhere: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        find_project()
+    assert str(err.value) == (
+        "not an mlpipe project (run mlpipe init): "
+        f"no mlpipe.toml in {nowhere.resolve()} or above it"
+    )
+    assert list(nowhere.iterdir()) == []
+
+
+def test_settings_for_a_home_read_that_home_s_file(nowhere: Path) -> None:
+    """Settings(home=...) reads the toml of that home, not of the working directory."""
+    (nowhere / "mlpipe.toml").write_text('experiment = "here"\n')
+    other = nowhere / "other"
+    other.mkdir()
+    (other / "mlpipe.toml").write_text('experiment = "there"\n')
+    assert load_settings(home=other).experiment == "there"
+
+
+def test_no_feature_store_is_a_setting(home: Path) -> None:
+    assert load_settings().feature_store is True
+    (home / "mlpipe.toml").write_text("feature_store = false\n")
+    assert load_settings().feature_store is False
+
+
+@pytest.mark.parametrize("key", ["control_url", "warehouse_url"])
+@pytest.mark.parametrize("url", ["notadb", "http://db.example/x"])
+def test_a_database_url_that_is_not_one_is_one_line_naming_file_and_key(
+    home: Path, key: str, url: str
+) -> None:
+    (home / "mlpipe.toml").write_text(f'{key} = "{url}"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert message.startswith(f"invalid settings ({home / 'mlpipe.toml'} or MLPIPE_*): {key}: ")
+    assert "not a database URL SQLAlchemy can open" in message and "\n" not in message
+
+
+def test_postgres_and_duckdb_urls_are_database_urls(home: Path) -> None:
+    s = load_settings(
+        control_url="postgresql+psycopg://127.0.0.1/test", warehouse_url="duckdb:///w.duckdb"
+    )
+    assert s.control.startswith("postgresql") and s.warehouse == "duckdb:///w.duckdb"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("MLPIPE_PII_FIELDS", "email"), ("MLPIPE_SERVING", "port=4000")]
+)
+def test_an_environment_value_that_is_not_json_is_one_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    assert str(err.value).startswith(f"invalid settings: {name} is not valid JSON")
+    assert "\n" not in str(err.value)
+
+
+def test_a_profile_that_is_not_a_table_is_named(home: Path) -> None:
+    (home / "mlpipe.toml").write_text("[profile]\nprod = 3\n")
+    with pytest.raises(ConfigError, match=r"'profile' must be a table of \[profile.NAME\] tables"):
         load_settings()

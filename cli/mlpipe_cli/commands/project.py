@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -11,6 +12,7 @@ from mlpipe_cli.state import state
 
 if TYPE_CHECKING:
     from mlpipe.demo import DemoEvent
+    from mlpipe.stack import StoreCheck
 
 
 def register(app: typer.Typer) -> None:
@@ -19,13 +21,26 @@ def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
 
 
-def init() -> None:
-    """Create the local stack in .mlpipe/ (idempotent)."""
+def init(
+    directory: Path | None = typer.Argument(
+        None,
+        help="Project directory (default: the project around this one, else this one).",
+        show_default=False,
+    ),
+    no_feature_store: bool = typer.Option(
+        False,
+        "--no-feature-store",
+        help="No Feast repository: models take every input from the request.",
+    ),
+) -> None:
+    """Make a directory an mlpipe project: mlpipe.toml and the local stack (idempotent)."""
     from mlpipe import stack
 
-    steps = stack.init(state.settings())
+    settings, steps = stack.init_project(
+        directory, feature_store=not no_feature_store, profile=state.profile
+    )
     rows = [[s.store, s.location, "created" if s.created else "exists"] for s in steps]
-    console.show(console.table("local stack", ["store", "location", "state"], rows))
+    console.show(console.table(f"project {settings.home}", ["store", "location", "state"], rows))
     if not any(s.created for s in steps):
         console.status("nothing to do: the local stack is already initialized")
 
@@ -42,11 +57,19 @@ def doctor(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -
     if json_out:
         console.print_json([asdict(c) for c in checks])
     else:
-        title = f"stores of profile {settings.profile!r} (config: {config_path()})"
-        rows = [[c.store, c.location, "ok" if c.ok else "FAIL", c.detail] for c in checks]
+        config = config_path(settings.home)
+        source = str(config) if config.is_file() else "defaults: no mlpipe.toml"
+        title = f"stores of profile {settings.profile!r} (config: {source})"
+        rows = [[c.store, c.location, _check_status(c), c.detail] for c in checks]
         console.show(console.table(title, ["store", "location", "status", "detail"], rows))
     if not all(c.ok for c in checks):
         raise typer.Exit(3)
+
+
+def _check_status(check: StoreCheck) -> str:
+    if not check.configured:
+        return "-"
+    return "ok" if check.ok else "FAIL"
 
 
 def demo(
@@ -59,7 +82,7 @@ def demo(
     from mlpipe import demo as demo_run
 
     result = demo_run.run(
-        state.settings(),
+        state.settings(project=False),
         _narrate,
         customers=customers,
         days=days,

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -33,9 +34,13 @@ _REGISTRY_RETRIES = {  # the serving workers' MLflow client; the user's own valu
 
 
 def service_dir() -> Path:
-    """``bentos/scoring`` of this checkout (``MLPIPE_SCORING_DIR`` overrides)."""
+    """The scoring service the package carries (``bentos/scoring`` of the source tree).
+
+    ``MLPIPE_SCORING_DIR`` names another one. Raises NotFound when it has no service.py.
+    """
     explicit = os.environ.get("MLPIPE_SCORING_DIR")
-    path = Path(explicit) if explicit else Path(__file__).resolve().parents[3] / "bentos/scoring"
+    packaged = Path(str(files("mlpipe").joinpath("_bundled", "scoring")))
+    path = Path(explicit) if explicit else packaged
     if not (path / "service.py").is_file():
         raise NotFound(f"no scoring service at {path} (set MLPIPE_SCORING_DIR)")
     return path

@@ -1,0 +1,246 @@
+"""The wheel as a user gets it (issue 21, item 1): built from this tree, installed in a
+fresh virtual environment, and run through the loop in an empty directory.
+
+The new environment borrows this one's dependencies through a ``.pth`` line (a plain
+path, so this environment's editable ``mlpipe`` finder is not loaded), and the wheel is
+installed with ``--no-deps``: nothing is downloaded, and ``mlpipe`` itself, its scoring
+service and its feature-repository template can only come from the wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+SOURCES = ["pyproject.toml", "README.md", "platform", "cli", "bentos", "feature_repo"]
+
+
+def _build_wheel(root: Path) -> Path:
+    """``pip wheel`` of a copy of the sources (links kept), so no build output lands here."""
+    src = root / "src"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "data", "*.egg-info")
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, symlinks=True, ignore=ignore)
+        else:
+            shutil.copy2(REPO / name, src / name)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+        + ["-w", str(root / "dist"), str(src)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = (root / "dist").glob("mlpipe-*.whl")
+    return wheel
+
+
+def _venv_with(wheel: Path, venv: Path) -> Path:
+    """A fresh venv that sees this environment's packages and has ``mlpipe`` from ``wheel``."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(purelib) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    return venv / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    root = tmp_path_factory.mktemp("wheel")
+    bin_dir = _venv_with(_build_wheel(root), root / "venv")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLPIPE_", "PYTHON"))}
+    yield SimpleNamespace(bin=bin_dir, env=env, root=root, wheel=next(root.glob("dist/*.whl")))
+
+
+def _run(installed: SimpleNamespace, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(installed.bin / "mlpipe"), *args],
+        cwd=cwd,
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_wheel_carries_the_package_and_its_files(installed: SimpleNamespace) -> None:
+    code = (
+        "import mlpipe; from mlpipe.serving import service_dir;"
+        "from importlib.resources import files;"
+        "print(mlpipe.__file__); print(service_dir());"
+        "print(sorted(p.name for p in files('mlpipe').joinpath('_bundled', 'feature_repo')"
+        ".iterdir() if p.is_file()))"
+    )
+    out = subprocess.run(
+        [installed.bin / "python", "-c", code],
+        cwd=installed.root,
+        env=installed.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    venv = str(installed.root / "venv")
+    assert out[0].startswith(venv) and out[1].startswith(venv), out
+    assert (Path(out[1]) / "service.py").is_file() and (Path(out[1]) / "bentofile.yaml").is_file()
+    assert out[2] == "['feature_store.prod.yaml', 'feature_store.yaml', 'fraud.py']"
+
+
+def _train(project: Path) -> None:
+    import joblib
+    import numpy as np
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"amount": rng.gamma(2, 50, 600), "n_items": rng.integers(1, 9, 600)})
+    frame["label"] = ((frame["amount"] - 100) / 40 + rng.normal(0, 1, 600) > 0).astype(int)
+    joblib.dump(
+        LogisticRegression().fit(frame[["amount", "n_items"]], frame["label"]),
+        project / "model.joblib",
+    )
+    frame.to_parquet(project / "train.parquet", index=False)
+
+
+def _serve(
+    installed: SimpleNamespace, project: Path, port: int, argv: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` (default: the installed ``mlpipe serve``) and wait for /readyz."""
+    argv = argv or [str(installed.bin / "mlpipe"), "serve", "--port", str(port), "--workers", "1"]
+    log = (project / "serve.log").open("wb")
+    server = subprocess.Popen(
+        argv,
+        cwd=project,
+        env=installed.env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    os.killpg(server.pid, signal.SIGKILL)
+    raise AssertionError((project / "serve.log").read_text(errors="replace")[-3000:])
+
+
+def _predict_twice(
+    installed: SimpleNamespace, project: Path, argv: list[str] | None
+) -> list[httpx.Response]:
+    """Serve (``mlpipe serve``, or ``argv``), predict twice, then stop with SIGTERM."""
+    from mlpipe.serving import free_port
+
+    port = free_port()
+    if argv is not None:
+        argv = [*argv, "--port", str(port)]
+    server = _serve(installed, project, port, argv)
+    body = {"model": "fraud", "entity": {"id": 7}, "features": {"amount": 180.0, "n_items": 3}}
+    try:
+        return [httpx.post(f"http://127.0.0.1:{port}/predict", json=body, timeout=30) for _ in "12"]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # drains, and closes the log segment
+        server.wait(timeout=60)
+
+
+def _bento(installed: SimpleNamespace, project: Path) -> list[str]:
+    """``bentoml build`` of the packaged scoring service with the wheel beside it (offline);
+    the command that serves the Bento."""
+    from mlpipe.serving import service_dir  # the source tree's: the same files as the wheel's
+
+    build = project / "bento"
+    shutil.copytree(service_dir(), build, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(installed.wheel, build)
+    installed.env["BENTOML_HOME"] = str(project / "bentoml-home")
+    installed.env["BENTOML_DO_NOT_TRACK"] = "true"
+    installed.env["MLPIPE_HOME"] = str(project)  # a Bento serves the project MLPIPE_HOME names
+    bentoml = [str(installed.bin / "python"), "-m", "bentoml"]
+    built = subprocess.run(  # BentoML reads no file outside the working directory
+        [*bentoml, "build", "."], cwd=build, env=installed.env, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (bento,) = (project / "bentoml-home" / "bentos" / "mlpipe-scoring").glob("[!l]*")
+    assert (bento / "src" / "service.py").is_file()
+    assert (bento / "env" / "python" / "wheels" / installed.wheel.name).is_file()
+    return [*bentoml, "serve", f"mlpipe-scoring:{bento.name}"]
+
+
+def test_init_register_deploy_serve_predict_sync_in_an_empty_directory(
+    installed: SimpleNamespace,
+) -> None:
+    project = installed.root / "empty"
+    project.mkdir()
+    assert _run(installed, project, "status", "fraud").returncode == 2  # not a project yet
+    init = _run(installed, project, "init", "--no-feature-store")
+    assert init.returncode == 0, init.stderr
+    _train(project)
+    sub = project / "work"
+    sub.mkdir()  # every later command runs from a subdirectory: the project is found above
+    register = _run(
+        installed, sub, "register", "fraud", "--model", "../model.joblib", "--dataset",
+        "../train.parquet",
+    )  # fmt: skip
+    assert register.returncode == 0, register.stderr
+    assert _run(installed, sub, "deploy", "fraud", "--version", "1").returncode == 0
+    answers = _predict_twice(installed, project, None)
+    assert [a.status_code for a in answers] == [200, 200], answers[0].text
+    assert answers[0].json()["version"] == "1" and 0 <= answers[0].json()["score"] <= 1
+    sync = _run(installed, sub, "warehouse", "sync", "--json")
+    assert sync.returncode == 0, sync.stderr
+    query = _run(
+        installed, sub, "warehouse", "query", "SELECT count(*) AS n FROM predictions", "--json"
+    )
+    assert query.returncode == 0, query.stderr
+    assert '"n": 2' in query.stdout
+    for out in (init, register, sync, query):
+        assert "Warning" not in out.stderr, out.stderr
+    assert sorted(p.name for p in sub.iterdir()) == []
+    from_bento = _predict_twice(installed, project, _bento(installed, project))
+    assert [a.status_code for a in from_bento] == [200, 200], from_bento[0].text
+    assert from_bento[0].json()["score"] == answers[0].json()["score"]
+
+
+def test_demo_runs_from_the_wheel_in_an_empty_directory(installed: SimpleNamespace) -> None:
+    """The demo's Feast repository and scoring service come from the wheel: no checkout."""
+    anywhere = installed.root / "anywhere"
+    anywhere.mkdir()
+    env = {k: v for k, v in installed.env.items() if not k.startswith("MLPIPE_")}
+    demo = subprocess.run(
+        [str(installed.bin / "mlpipe"), "demo", "--no-serve", "--customers", "200"],
+        cwd=anywhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "▶ feature store ready" in demo.stderr and "▶ roll back" in demo.stderr
+    assert "Warning" not in demo.stderr
+    assert sorted(p.name for p in anywhere.iterdir()) == [".mlpipe-demo"]
