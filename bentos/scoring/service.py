@@ -16,6 +16,7 @@ import warnings
 from typing import Any
 
 import bentoml
+from starlette.exceptions import HTTPException
 
 from mlpipe.config import load_settings
 from mlpipe.features import skip_feast_type_checks
@@ -28,6 +29,8 @@ from mlpipe.serving import (
     bind_once,
     build_app_inside,
     front_door,
+    guard_request_heads,
+    label_metrics_by_route,
     request_stack,
     set_current,
     span_headers,
@@ -42,6 +45,10 @@ _s = settings.serving
 skip_feast_type_checks()
 # mlpipe's Deadline where BentoML's TimeoutMiddleware stood (decision 006).
 use_deadline()
+# BentoML's traffic metrics labelled by route, never by a client's path (issue 23).
+label_metrics_by_route()
+# Request heads bounded in size and time before they are parsed (decision 025).
+guard_request_heads(_s.max_header_bytes, _s.header_timeout_s)
 
 logging.getLogger("mlpipe").setLevel(logging.INFO)
 # Models fitted on DataFrames warn on every array predict; the pipeline passes
@@ -90,7 +97,15 @@ class Scoring:
         return self.runtime.pipeline.predict_batch(requests)
 
     def __is_ready__(self) -> bool:
-        return self.runtime.ready and not admission.saturated()
+        """True, or ``/readyz`` answers 503 saying why: loading, a model it cannot load
+        (named, with the reason), or saturated. BentoML's own 503 names no reason, so
+        the reason goes in an HTTPException, which Starlette answers as plain text."""
+        problem = self.runtime.readiness_problem()
+        if problem is None and admission.saturated():
+            problem = admission.overloaded()
+        if problem is not None:
+            raise HTTPException(503, f"not ready: {problem}")
+        return True
 
     @bentoml.on_shutdown
     def shutdown(self) -> None:

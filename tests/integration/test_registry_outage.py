@@ -204,4 +204,4 @@ def test_a_record_that_cannot_be_read_waits_for_retry_after_s(
     assert "refused generation 3 of fraud: StoreUnavailable" in caplog.text
     clock.now += RETRY_AFTER_S
     loader.refresh()
-    assert len(reads) == 2 and not loader.ready
+    assert len(reads) == 2 and set(loader.unloadable()) == {"fraud"}

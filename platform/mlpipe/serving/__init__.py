@@ -41,6 +41,8 @@ if TYPE_CHECKING:
         Batcher,
         bind_once,
         build_app_inside,
+        guard_request_heads,
+        label_metrics_by_route,
         span_headers,
         use_deadline,
     )
@@ -48,7 +50,15 @@ if TYPE_CHECKING:
 # The BentoML patches import bentoml (seconds), which `mlpipe serve` and the demo,
 # importing this package for the launcher, must not pay: they load on first use.
 _BENTOML_PATCHES = frozenset(
-    {"Batcher", "bind_once", "build_app_inside", "span_headers", "use_deadline"}
+    {
+        "Batcher",
+        "bind_once",
+        "build_app_inside",
+        "guard_request_heads",
+        "label_metrics_by_route",
+        "span_headers",
+        "use_deadline",
+    }
 )
 
 
@@ -93,6 +103,8 @@ __all__ = [
     "exec_server",
     "free_port",
     "front_door",
+    "guard_request_heads",
+    "label_metrics_by_route",
     "request_stack",
     "security_metrics",
     "server_command",

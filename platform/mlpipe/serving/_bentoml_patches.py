@@ -23,6 +23,16 @@ upgrade fails there, loudly, rather than in a running server.
   (decision 014).
 - :func:`span_headers`: the ``X-BentoML-Request-ID`` header BentoML's route
   adds when tracing, from its trace context.
+- :func:`label_metrics_by_route`: BentoML builds each app's traffic metrics
+  with whatever ``bentoml._internal.server.http.instruments.RunnerTrafficMetricsMiddleware``
+  holds then; it labels every series with the raw path, outside auth, so any
+  client could add series without bound. :class:`RouteMetrics` hands it the
+  route's template instead, or ``other`` (issue 23, item 1).
+- :func:`guard_request_heads`: BentoML's worker builds its ``uvicorn.Config``
+  after importing the service, with uvicorn's httptools protocol, which bounds
+  neither a request head's size nor its time; the worker gets
+  :class:`~mlpipe.serving._header_guard.HeadGuard` instead (issue 23, item 4;
+  decision 025).
 
 This module imports bentoml (seconds); :mod:`mlpipe.serving` loads it only when
 one of these names is first asked for, which only the service does.
@@ -30,17 +40,28 @@ one of these names is first asked for, which only the service does.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import bentoml
+import uvicorn
 from _bentoml_impl.server.app import ServiceAppFactory
 from bentoml._internal.context import trace_context
+from bentoml._internal.server.http import instruments as _bentoml_instruments
 from bentoml._internal.server.http import traffic as _bentoml_traffic
+from starlette.routing import compile_path
 
-from mlpipe.serving._asgi import ASGIApp
+from mlpipe.serving._asgi import ASGIApp, Receive, Scope, Send
 from mlpipe.serving._deadline import Deadline
+from mlpipe.serving._header_guard import HeadGuard
+from mlpipe.serving._metrics import EndpointLabels
+from mlpipe.serving._oip_schema import openapi
 from mlpipe.serving._schema import PredictRequest
 from mlpipe.serving._stack import Layer
+
+_BentoMLTrafficMetrics = _bentoml_instruments.RunnerTrafficMetricsMiddleware
+_UvicornConfig = uvicorn.Config
+_RAW_PATH = "mlpipe.raw_path"  # the scope's path while BentoML's metrics see its label
 
 
 def use_deadline() -> None:
@@ -98,4 +119,79 @@ def span_headers() -> list[tuple[bytes, bytes]]:
     return [] if span is None else [(b"x-bentoml-request-id", format(span, "016x").encode())]
 
 
-__all__ = ["Batcher", "bind_once", "build_app_inside", "span_headers", "use_deadline"]
+class RouteMetrics:
+    """BentoML's traffic metrics middleware, shown the route's template instead of the path.
+
+    BentoML's reads ``scope["path"]`` for its ``endpoint`` label once, before it
+    calls the app: the path is swapped for its label (:class:`EndpointLabels`)
+    around that read and restored before anything below sees the request.
+    Routes are the app's (BentoML's router: ``/predict``, ``/livez``,
+    ``/metrics``...) and ``extra_routes``, the ``/v2`` routes mlpipe's own layer
+    answers before the router.
+    """
+
+    extra_routes: tuple[tuple[str, re.Pattern[str]], ...] = ()
+
+    def __init__(self, app: ASGIApp, **options: Any) -> None:
+        self.app = app
+        self._metrics = _BentoMLTrafficMetrics(self._restore_path, **options)
+        self._labels: EndpointLabels | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            label = self._label(scope)
+            if label != scope["path"]:
+                scope[_RAW_PATH], scope["path"] = scope["path"], label
+        await self._metrics(scope, receive, send)
+
+    def _label(self, scope: Scope) -> str:
+        if self._labels is None:  # the app's routes are known once it is called
+            routes = [(r.path, r.path_regex) for r in scope["app"].routes if hasattr(r, "path")]
+            self._labels = EndpointLabels([*routes, *self.extra_routes])
+        return self._labels(scope["path"])
+
+    async def _restore_path(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _RAW_PATH in scope:
+            scope["path"] = scope.pop(_RAW_PATH)
+        await self.app(scope, receive, send)
+
+
+def label_metrics_by_route() -> None:
+    """Have BentoML build every app from now on with :class:`RouteMetrics` for its metrics."""
+    paths, _ = openapi("ErrorBody")
+    RouteMetrics.extra_routes = tuple((t, compile_path(t)[0]) for t in paths)
+    _bentoml_instruments.RunnerTrafficMetricsMiddleware = RouteMetrics  # type: ignore[misc,assignment]
+
+
+class _GuardedConfig(_UvicornConfig):
+    """uvicorn's Config with :attr:`protocol` as the HTTP protocol unless one is named."""
+
+    protocol: type[HeadGuard] = HeadGuard
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("http", self.protocol)
+        super().__init__(*args, **kwargs)
+
+
+def guard_request_heads(max_bytes: int, timeout_s: float) -> None:
+    """Have BentoML's worker serve with :class:`HeadGuard` at these bounds (0 lifts one).
+
+    With both 0 the worker keeps uvicorn's own protocol: only for measuring the
+    guard (decision 025).
+    """
+    if not max_bytes and not timeout_s:
+        return
+    _GuardedConfig.protocol = HeadGuard.bounded(max_bytes, timeout_s)
+    uvicorn.Config = _GuardedConfig  # type: ignore[misc]
+
+
+__all__ = [
+    "Batcher",
+    "RouteMetrics",
+    "bind_once",
+    "build_app_inside",
+    "guard_request_heads",
+    "label_metrics_by_route",
+    "span_headers",
+    "use_deadline",
+]

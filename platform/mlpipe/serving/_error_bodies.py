@@ -24,9 +24,20 @@ def error_for(exc: MlpipeError) -> dict[str, Any]:
     """The one place an mlpipe error becomes an HTTP error body (status from the class)."""
     message = str(exc)
     field = message.split(":", 1)[0] if isinstance(exc, InvalidInput) and ":" in message else None
-    if isinstance(exc, NotFound):
+    if isinstance(exc, NotFound | ModelUnavailable):
         field = "model"
     return error_body(message, exc.http_status, field)
+
+
+class ModelUnavailable(MlpipeError):
+    """The model is deployed, but this worker could not load it (503, naming why).
+
+    Not :class:`~mlpipe.errors.NotFound`: the request is right, the server is not
+    (a corrupt artifact, a package the model needs missing), and a client or load
+    balancer should treat it as the server's failure, not its own mistake.
+    """
+
+    http_status = 503
 
 
 class ModelFailure(RuntimeError):
@@ -52,4 +63,4 @@ def model_error(exc: Exception) -> dict[str, Any]:
     return error_body(f"the model failed on this input ({type(exc).__name__})", 500)
 
 
-__all__ = ["ModelFailure", "error_body", "error_for", "model_error"]
+__all__ = ["ModelFailure", "ModelUnavailable", "error_body", "error_for", "model_error"]

@@ -6,9 +6,16 @@ changes it loads every version the new record names (reusing those already
 loaded), each verified against its registry sha256, and only then swaps the
 model's :class:`ServingModel` in one reference assignment. Batches in flight
 keep the snapshot they started with. A version that fails to load (tampered
-artifact, registry down) is refused with one error log line, and the previous
-generation keeps serving; the refused generation is retried only after
-``retry_after_s``.
+artifact, registry down, a package the model needs missing) is refused with one
+error log line, and the previous generation keeps serving; the refused
+generation is retried only after ``retry_after_s``.
+
+A refused model with no previous generation to serve (deployed while the worker
+ran, or the worker restarted) is *unloadable*: its :class:`LoadFailure` says
+why, so requests for it are answered 503 with that reason, not 404, and
+readiness names it, until a later generation loads or it is undeployed. The
+worker's other models are served meanwhile: the loader is ready once every
+deployed model was loaded or refused.
 """
 
 from __future__ import annotations
@@ -46,6 +53,24 @@ class VersionPlan:
     @property
     def version(self) -> str:
         return str(self.model.version)
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """Why a deployed model's current generation could not be loaded."""
+
+    generation: int
+    cause: str  # "ExceptionClass: message", cut to MAX_CAUSE characters
+
+    def message(self, name: str) -> str:
+        """What a request for ``name`` and readiness say (the cause is the operator's to fix)."""
+        return (
+            f"model {name!r} is deployed but cannot be loaded "
+            f"(generation {self.generation}): {self.cause}"
+        )
+
+
+MAX_CAUSE = 300
 
 
 @dataclass(frozen=True)
@@ -87,6 +112,9 @@ class GenerationLoader:
         self._current = current or deployments.current
         self.retry_after_s = retry_after_s
         self.models: dict[str, ServingModel] = {}
+        # replaced whole on each poll, never changed in place: request threads read it
+        self.failures: Mapping[str, LoadFailure] = {}
+        self._announced = False
         self._refused: dict[tuple[str, int], float] = {}
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -95,8 +123,18 @@ class GenerationLoader:
 
     @property
     def ready(self) -> bool:
-        """True once a poll found every deployed model loaded at some generation."""
+        """True once a poll found every deployed model loaded or refused (:meth:`unloadable`)."""
         return self._ready.is_set()
+
+    def unloadable(self) -> dict[str, LoadFailure]:
+        """The deployed models with nothing to serve because their generation was refused.
+
+        A model whose newer generation was refused while an older one still serves is
+        not here: it answers (each response names the version), and its failure is in
+        ``failures``, the log and ``mlpipe_generation_loads_total{result="refused"}``.
+        """
+        models = self.models
+        return {name: f for name, f in self.failures.items() if name not in models}
 
     def wait_ready(self, timeout: float) -> bool:
         return self._ready.wait(timeout)
@@ -119,6 +157,7 @@ class GenerationLoader:
             logger.warning("deployment poll failed (still serving what is loaded): %s", exc)
             return
         models = dict(self.models)
+        failures = {name: f for name, f in self.failures.items() if name in wanted}
         for name in [n for n in models if n not in wanted]:
             logger.info("%s is no longer deployed; stopped serving it", name)
             del models[name]
@@ -130,17 +169,30 @@ class GenerationLoader:
             if refused_at is not None and time.monotonic() - refused_at < self.retry_after_s:
                 continue
             loaded = self._load(name, generation, have)
+            if isinstance(loaded, LoadFailure):
+                failures[name] = loaded
+                continue
+            failures.pop(name, None)
             if loaded is not None:
                 models[name] = loaded
         if any(self.models.get(name) is not m for name, m in models.items()):
             _freeze_heap()
-        self.models = models
-        if all(name in models for name in wanted) and not self._ready.is_set():
-            self._ready.set()
-            logger.info("%s %s", READY_LOG, _describe(models))
+        self.models, self.failures = models, failures
+        self._settle(wanted)
 
-    def _load(self, name: str, wanted: int, have: ServingModel | None) -> ServingModel | None:
-        """The model at its current generation, or None (refused: ``have`` keeps serving).
+    def _settle(self, wanted: Mapping[str, int]) -> None:
+        """Ready once every deployed model was tried; ``READY_LOG`` once all of them loaded."""
+        if all(name in self.models or name in self.failures for name in wanted):
+            self._ready.set()
+        if not self._announced and all(name in self.models for name in wanted):
+            self._announced = True
+            logger.info("%s %s", READY_LOG, _describe(self.models))
+
+    def _load(
+        self, name: str, wanted: int, have: ServingModel | None
+    ) -> ServingModel | LoadFailure | None:
+        """The model at its current generation, why it was refused (``have`` keeps
+        serving), or None when its record names nothing to serve.
 
         A refusal is remembered under the generation the record names (or, when the
         record itself could not be read, the one the poll wanted), so the next polls
@@ -172,7 +224,7 @@ class GenerationLoader:
                 exc,
                 keep,
             )
-            return None
+            return LoadFailure(generation, f"{type(exc).__name__}: {exc}"[:MAX_CAUSE])
         if self.metrics:
             self.metrics.reloads.labels(name, "loaded").inc()
         logger.info(
@@ -222,4 +274,4 @@ def _describe(models: Mapping[str, ServingModel]) -> str:
     return ", ".join(f"{m.name}@{m.generation}" for m in models.values()) or "no models"
 
 
-__all__ = ["GenerationLoader", "ServingModel", "VersionPlan"]
+__all__ = ["GenerationLoader", "LoadFailure", "ServingModel", "VersionPlan"]

@@ -96,14 +96,12 @@ class InferenceProtocol:
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
         method = scope["method"]
-        rt = _runtime.current()
-        ready = rt is not None and rt.ready
         if method == "GET" and parts == []:
             await send_json(send, 200, _server_metadata())
         elif method == "GET" and parts == ["health", "live"]:
             await send_json(send, 200, {"live": True})
         elif method == "GET" and parts == ["health", "ready"]:
-            await send_json(send, 200 if ready else 503, {"ready": ready})
+            await _health_ready(send)
         elif len(parts) >= 2 and parts[0] == "models":
             await self._model_route(scope, receive, send, parts[1], parts[2:])
         else:
@@ -200,12 +198,25 @@ def _charge_rows(
     return error_body(message, 429), [(b"retry-after", str(seconds).encode())]
 
 
+async def _health_ready(send: Send) -> None:
+    """Server readiness, as ``/readyz`` decides it (less saturation: an OIP client's probe)."""
+    rt = _runtime.current()
+    problem = "models still loading" if rt is None else rt.readiness_problem()
+    if problem is None:
+        await send_json(send, 200, {"ready": True})
+    else:
+        await send_json(send, 503, {"ready": False, "error": f"not ready: {problem}"})
+
+
 def _served(name: str) -> Any:
     rt = _runtime.current()
     if rt is None or not rt.ready:
         raise ProtocolError("not ready: models still loading", 503)
     served = rt.loader.models.get(name)
     if served is None:
+        failure = rt.loader.failures.get(name)
+        if failure is not None:
+            raise ProtocolError(failure.message(name), 503)
         known = ", ".join(sorted(rt.loader.models)) or "none"
         raise ProtocolError(f"model {name!r} is not deployed here (serving: {known})", 404)
     return served

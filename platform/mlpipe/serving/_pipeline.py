@@ -42,7 +42,13 @@ from mlpipe.features import check_join_key
 from mlpipe.predlog import Arm, PiiHasher, PredictionRecord
 from mlpipe.routing import entity_key
 from mlpipe.serving._caches import LRUCache, normalized_vector
-from mlpipe.serving._error_bodies import ModelFailure, error_body, error_for, model_error
+from mlpipe.serving._error_bodies import (
+    ModelFailure,
+    ModelUnavailable,
+    error_body,
+    error_for,
+    model_error,
+)
 from mlpipe.serving._generations import GenerationLoader, ServingModel, VersionPlan
 from mlpipe.serving._log_failures import LogFailurePolicy
 from mlpipe.serving._online_features import FeatureFetcher, OnlineFeatureFetcher
@@ -78,6 +84,14 @@ class _Item:
     status: Literal["ok", "timeout"] = "ok"  # the log row's status; "timeout" for a 504
 
 
+def _unserved(loader: GenerationLoader, name: str) -> dict[str, Any]:
+    """The error body for a model this worker holds no generation of (it went meanwhile)."""
+    failure = loader.failures.get(name)
+    if failure is not None:
+        return error_body(failure.message(name), 503, "model")
+    return error_body(f"model {name!r} is not deployed here", 404, "model")
+
+
 class ScoringPipeline:
     """Scores batches of :class:`PredictRequest` against the loaded generation."""
 
@@ -106,12 +120,16 @@ class ScoringPipeline:
     # -- validation (the gateway calls this before a request joins a batch) --
 
     def check(self, req: PredictRequest) -> None:
-        """Raise NotFound for an unknown model, InvalidInput naming a missing or unreadable input.
+        """Raise NotFound for an unknown model, ModelUnavailable for one deployed but not
+        loaded, InvalidInput naming a missing or unreadable input.
 
         A join key must fit its entity's Feast type (:func:`~mlpipe.features.check_join_key`).
         """
         served = self.loader.models.get(req.model)
         if served is None:
+            failure = self.loader.failures.get(req.model)
+            if failure is not None:
+                raise ModelUnavailable(failure.message(req.model))
             known = ", ".join(sorted(self.loader.models)) or "none"
             raise NotFound(f"model {req.model!r} is not deployed here (serving: {known})")
         for plan in served.primary_versions():
@@ -143,7 +161,7 @@ class ScoringPipeline:
         for i, req in enumerate(requests):
             served = self.loader.models.get(req.model)
             if served is None:
-                results[i] = error_body(f"model {req.model!r} is not deployed here", 404)
+                results[i] = _unserved(self.loader, req.model)
                 continue
             key = entity_key(req.entity) if req.entity else f"request_id={req.request_id}"
             d = served.router.route(key, req.pin)

@@ -46,7 +46,22 @@ class ServingRuntime:
 
     @property
     def ready(self) -> bool:
+        """Every deployed model was loaded or refused: requests can be answered."""
         return self.loader.ready
+
+    def readiness_problem(self) -> str | None:
+        """Why this worker is not ready (``/readyz`` 503 says it), or None.
+
+        Still loading, or a deployed model it cannot load, named with the reason
+        (its requests get 503 with the same words; the other models are served).
+        Saturation is the service's to add: it holds the admission.
+        """
+        if not self.loader.ready:
+            return "models still loading"
+        broken = self.loader.unloadable()
+        if not broken:
+            return None
+        return "; ".join(broken[name].message(name) for name in sorted(broken))
 
     def start(self) -> ServingRuntime:
         self.loader.start()

@@ -1,6 +1,8 @@
 """The scoring service's request stack, outermost first: the one place its order is set.
 
-A request meets, in this order:
+A request meets, in this order (before any of it, the worker's HTTP protocol,
+:class:`~mlpipe.serving._header_guard.HeadGuard`, has bounded its head in size,
+431, and time, 408; decision 025):
 
 1. :class:`~mlpipe.serving.FrontDoor`, around BentoML's whole app
    (:func:`front_door`). It refuses a scoring request (503) while the worker's
@@ -8,11 +10,12 @@ A request meets, in this order:
    before anything else runs: a refusal that went through the layers below
    cost about half a served request, and above saturation those refusals took
    the CPU the admitted requests needed (decision 009).
-2. BentoML's own middleware: its metrics, OpenTelemetry (spans only when
-   ``serving.tracing``; decision 013), and :class:`~mlpipe.serving.Deadline`
-   where BentoML's ``TimeoutMiddleware`` stood (decision 006; 504 at
-   ``request_timeout_s`` + 5 s, behind the pipeline's own 504 at
-   ``request_timeout_s``, which is logged).
+2. BentoML's own middleware: its metrics (labelled by route, unknown paths as
+   ``other``: :class:`~mlpipe.serving._bentoml_patches.RouteMetrics`),
+   OpenTelemetry (spans only when ``serving.tracing``; decision 013), and
+   :class:`~mlpipe.serving.Deadline` where BentoML's ``TimeoutMiddleware``
+   stood (decision 006; 504 at ``request_timeout_s`` + 5 s, behind the
+   pipeline's own 504 at ``request_timeout_s``, which is logged).
 3. mlpipe's layers, :func:`request_stack`'s list, which the service adds with
    ``add_asgi_middleware`` (BentoML puts the first added outermost):
 
@@ -26,9 +29,9 @@ A request meets, in this order:
       body within the request timeout (408); it stamps the arrival time the
       504 deadline and the logged latency count from.
    c. :class:`~mlpipe.serving.InferenceProtocol`: ``/v2`` in front of
-      ``/predict``. An infer request becomes one ``/predict`` per row, sent
-      down the rest of the stack, so each row passes the gate and the gateway
-      like any other request.
+      ``/predict``. An infer request's rows are checked as the gateway checks
+      a ``/predict`` request, charged a token each and scored as one batch by
+      the pipeline, all or none (decision 024): nothing below sees them.
    d. :class:`~mlpipe.serving.OverloadGate`: after the intake, so a client
       still sending its body holds no slot; it counts ``/predict`` requests in
       flight on the same :class:`~mlpipe.serving.Admission` as the front door

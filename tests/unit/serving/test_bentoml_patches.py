@@ -16,12 +16,18 @@ from types import ModuleType
 import bentoml
 import pytest
 import typeguard
+import uvicorn
 from _bentoml_impl.server.app import ServiceAppFactory
+from _bentoml_impl.worker import service as bentoml_worker
 from bentoml._internal.context import trace_context
 from bentoml._internal.server import base_app
-from bentoml._internal.server.http import traffic
+from bentoml._internal.server.http import instruments, traffic
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from mlpipe.serving import Deadline, FrontDoor, OverloadGate, PredictGateway
+from mlpipe.serving._bentoml_patches import RouteMetrics
+from mlpipe.serving._header_guard import HeadGuard
+from mlpipe.serving._metrics import OTHER_ENDPOINT, EndpointLabels
 
 SERVICE = Path(__file__).resolve().parents[3] / "bentos" / "scoring" / "service.py"
 
@@ -71,6 +77,41 @@ def test_service_to_asgi_is_inject_config_then_the_factory() -> None:
     ]
 
 
+def test_the_traffic_metrics_are_looked_up_by_name_and_read_the_path_before_the_app() -> None:
+    # label_metrics_by_route replaces the name; BentoML must still import it at build time
+    source = inspect.getsource(ServiceAppFactory.middlewares.fget)  # type: ignore[attr-defined]
+    assert "from bentoml._internal.server.http.instruments import" in source
+    assert "Middleware(\n                    RunnerTrafficMetricsMiddleware," in source
+    metrics = instruments.RunnerTrafficMetricsMiddleware
+    assert _parameters(metrics) == ["app", "namespace", "skip_paths"]
+    # RouteMetrics swaps the path for its label around this one read
+    call = inspect.getsource(metrics.__call__)
+    assert call.count('scope["path"]') == 2  # the /metrics check and the label
+    assert call.index('endpoint = scope["path"]') < call.index("await self.app(scope, wrapped")
+
+
+def test_the_worker_builds_uvicorns_config_after_loading_the_service() -> None:
+    # guard_request_heads replaces uvicorn.Config; the worker must look it up after the
+    # service is imported, and leave the protocol to it
+    source = inspect.getsource(bentoml_worker.main.callback)  # type: ignore[arg-type]
+    assert "import uvicorn" in source
+    assert source.index("service = load(") < source.index("config = uvicorn.Config(")
+    assert "http=" not in source
+    assert "http" in _parameters(uvicorn.Config)
+
+
+def test_the_httptools_protocol_has_what_the_head_guard_extends() -> None:
+    for name in ("connection_made", "connection_lost", "data_received"):
+        assert _parameters(getattr(HttpToolsProtocol, name))[0] == "self"
+    assert _parameters(HttpToolsProtocol.on_headers_complete) == ["self"]
+    assert _parameters(HttpToolsProtocol.on_message_complete) == ["self"]
+    init = inspect.getsource(HttpToolsProtocol.__init__)
+    for attribute in ("self.loop =", "self.cycle:", "self.transport:", "self.server_state ="):
+        assert attribute in init
+    assert "self.keep_alive = keep_alive" in inspect.getsource(RequestResponseCycle.__init__)
+    assert "self.response_complete = False" in inspect.getsource(RequestResponseCycle.__init__)
+
+
 def test_the_trace_context_holds_the_span_id() -> None:
     assert trace_context.request_id is None  # outside a request
     assert hasattr(type(trace_context), "request_id")
@@ -83,6 +124,11 @@ def test_the_trace_context_holds_the_span_id() -> None:
 def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The service module, loaded fresh; BentoML's names are restored afterwards."""
     monkeypatch.setattr(traffic, "TimeoutMiddleware", traffic.TimeoutMiddleware)
+    metrics = instruments.RunnerTrafficMetricsMiddleware
+    monkeypatch.setattr(instruments, "RunnerTrafficMetricsMiddleware", metrics)
+    monkeypatch.setattr(uvicorn, "Config", uvicorn.Config)
+    monkeypatch.setenv("MLPIPE_SERVING__MAX_HEADER_BYTES", "8192")
+    monkeypatch.setenv("MLPIPE_SERVING__HEADER_TIMEOUT_S", "3")
     monkeypatch.setattr(bentoml.Service, "to_asgi", bentoml.Service.to_asgi)
     monkeypatch.setattr(typeguard, "typechecked", typeguard.typechecked)  # skip_feast_type_checks
     monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
@@ -99,6 +145,38 @@ def test_deadline_stands_where_bentomls_timeout_middleware_stood(service: Module
     assert "TimeoutMiddleware" not in names
     # outside mlpipe's own middleware, where BentoML's stood
     assert names.index("Deadline") < names.index("AuthGateway") < names.index("OverloadGate")
+
+
+def test_route_metrics_stand_where_bentomls_traffic_metrics_stood(service: ModuleType) -> None:
+    names = [m.cls.__name__ for m in ServiceAppFactory(service.Scoring).middlewares]
+    assert "RunnerTrafficMetricsMiddleware" not in names
+    assert names[0] == "RouteMetrics"  # outermost of BentoML's, as its own was
+
+
+def test_routes_label_the_services_paths_and_everything_else_is_other(
+    service: ModuleType,
+) -> None:
+    app = service.Scoring.to_asgi().app  # BentoML's Starlette app, behind the front door
+    routes = [(r.path, r.path_regex) for r in app.routes if hasattr(r, "path")]
+    label = EndpointLabels([*routes, *RouteMetrics.extra_routes])
+    for path in ("/predict", "/livez", "/readyz", "/metrics", "/docs.json", "/", "/v2"):
+        assert label(path) == path
+    assert label("/v2/models/fraud/infer") == "/v2/models/{name}/infer"
+    assert label("/v2/models/anything-at-all/ready") == "/v2/models/{name}/ready"
+    for path in ("/predict/", "/probe-1", "/v2/models/fraud/versions/1/infer", "/v2/x", ""):
+        assert label(path) == OTHER_ENDPOINT
+
+
+def test_the_worker_serves_with_the_head_guard_at_the_settings_bounds(
+    service: ModuleType,
+) -> None:
+    config = uvicorn.Config(app=service.Scoring.to_asgi())
+    config.load()
+    protocol = config.http_protocol_class
+    assert issubclass(protocol, HeadGuard)
+    assert (protocol.max_bytes, protocol.timeout_s) == (8192, 3.0)
+    # a protocol named explicitly still wins
+    assert uvicorn.Config(app=None, http="h11").http == "h11"
 
 
 def test_mlpipes_middleware_stand_in_the_stacks_order(service: ModuleType) -> None:

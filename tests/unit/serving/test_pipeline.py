@@ -281,7 +281,8 @@ def test_tampered_generation_is_refused_and_old_keeps_serving(
     assert env.control.loads.count("1") == 1  # already-loaded versions are reused
 
 
-def test_ready_only_once_loaded(tmp_path: Path) -> None:
+def test_ready_once_every_model_was_loaded_or_refused(tmp_path: Path) -> None:
+    """A refused model does not hold the others back; it is reported (test_unloadable.py)."""
     control = FakeControl()
     control.tampered.add("1")
     control.set("fraud", 1, "1")
@@ -293,11 +294,12 @@ def test_ready_only_once_loaded(tmp_path: Path) -> None:
         current=control.current,
         retry_after_s=0,
     )
-    loader.refresh()
     assert not loader.ready
+    loader.refresh()
+    assert loader.ready and set(loader.unloadable()) == {"fraud"}
     control.tampered.clear()
     loader.refresh()
-    assert loader.ready
+    assert loader.ready and loader.unloadable() == {}
 
 
 # -- the gateway (ASGI middleware) in front of a stand-in for BentoML's batch endpoint --

@@ -1,0 +1,193 @@
+"""HeadGuard in a real uvicorn server on loopback: heads bounded in size and time, bodies not.
+
+The server runs in a thread with a small ASGI app that answers 200 with the
+length of the body it read; the bounds are small (``MAX`` bytes, ``TIMEOUT_S``)
+so each case is quick. The whole scoring service is tested the same way in
+``tests/e2e/test_hardening_http.py``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import uvicorn
+
+from mlpipe.serving import free_port
+from mlpipe.serving._header_guard import HeadGuard
+
+MAX = 1024
+TIMEOUT_S = 0.5
+
+
+async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    size = 0
+    while True:
+        message = await receive()
+        size += len(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = str(size).encode()
+    head = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _serve(max_bytes: int, timeout_s: float) -> Iterator[int]:
+    port = free_port()
+    config = uvicorn.Config(
+        _app,
+        host="127.0.0.1",
+        port=port,
+        http=HeadGuard.bounded(max_bytes, timeout_s),
+        lifespan="off",
+        log_level="error",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.started
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    yield from _serve(MAX, TIMEOUT_S)
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def _until_closed(sock: socket.socket) -> bytes:
+    data = b""
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def _get(size: int = 0) -> bytes:
+    """A GET head of at least ``size`` bytes (its last header padded)."""
+    start = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: "
+    return start + b"a" * max(0, size - len(start) - 4) + b"\r\n\r\n"
+
+
+def _post(body: bytes) -> bytes:
+    return b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+def test_a_head_up_to_the_bound_is_served_and_one_past_it_gets_431(port: int) -> None:
+    with _connect(port) as sock:
+        sock.sendall(_get(MAX))
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+    with _connect(port) as sock:
+        sock.sendall(_get(MAX + 1))
+        answer = _until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"), answer
+    assert b"connection: close\r\n" in answer
+
+
+def test_a_head_over_the_bound_in_small_pieces_is_refused_at_the_bound(port: int) -> None:
+    with _connect(port) as sock:
+        head = _get(10 * MAX)
+        for i in range(0, MAX + 100, 100):
+            sock.sendall(head[i : i + 100])
+            time.sleep(0.005)
+        answer = _until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer
+
+
+def test_a_body_is_not_counted_as_head_in_one_read_or_after_a_split_end(port: int) -> None:
+    body = b"x" * (200 * MAX)
+    with _connect(port) as sock:
+        sock.sendall(_post(body))  # head and body in one write
+        assert _answer(sock) == b"%d" % len(body)
+        request = _post(body)
+        end = request.index(b"\r\n\r\n")
+        for pieces in ([end + 2], [end + 1, end + 2, end + 3]):  # the head's end across reads
+            for start, stop in zip([0, *pieces], [*pieces, len(request)], strict=True):
+                sock.sendall(request[start:stop])
+                time.sleep(0.02)
+            assert _answer(sock) == b"%d" % len(body)
+
+
+def _answer(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += sock.recv(65536)
+    return body
+
+
+def test_pipelined_requests_are_each_served(port: int) -> None:
+    last = _get(MAX // 2).replace(b"Host:", b"Connection: close\r\nHost:")
+    with _connect(port) as sock:
+        sock.sendall(_get() + _post(b"abc") + last)
+        answers = _until_closed(sock)
+    assert answers.count(b"HTTP/1.1 200 ") == 3, answers
+    assert [a.rsplit(b"\r\n\r\n")[-1] for a in answers.split(b"HTTP/1.1 ")[1:]] == [
+        b"0",
+        b"3",
+        b"0",
+    ]
+
+
+def test_a_connection_that_sends_nothing_is_closed_without_an_answer(port: int) -> None:
+    with _connect(port) as sock:
+        assert _until_closed(sock) == b""
+
+
+def test_an_unfinished_or_trickled_head_gets_408_and_is_closed(port: int) -> None:
+    with _connect(port) as sock:
+        sock.sendall(_get()[:20])
+        assert _until_closed(sock).startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+    with _connect(port) as sock:
+        sent = 0
+        with pytest.raises(OSError):  # closed while bytes keep coming, well before the end
+            for byte in _get(MAX):
+                sock.sendall(bytes([byte]))
+                sent += 1
+                time.sleep(0.01)
+        assert sent < MAX
+
+
+def test_an_idle_keep_alive_connection_is_left_to_the_keep_alive_timeout(port: int) -> None:
+    with _connect(port) as sock:
+        sock.sendall(_get())
+        assert _answer(sock) == b"0"
+        time.sleep(TIMEOUT_S * 2)  # idle longer than a head may take; keep-alive is 5 s
+        sock.sendall(_get())
+        assert _answer(sock) == b"0"
+
+
+def test_zero_lifts_a_bound() -> None:
+    for port in _serve(0, TIMEOUT_S):
+        with _connect(port) as sock:
+            sock.sendall(_get(100 * MAX))
+            assert _answer(sock) == b"0"
+    for port in _serve(MAX, 0):
+        with _connect(port) as sock:
+            sock.sendall(_get()[:20])
+            time.sleep(TIMEOUT_S * 2)
+            sock.sendall(_get()[20:])
+            assert _answer(sock) == b"0"
