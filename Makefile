@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,prod,nn]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,prod,nn,formats]'
 	touch $(STAMP)
 
 install: $(STAMP)

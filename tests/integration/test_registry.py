@@ -66,7 +66,7 @@ def test_bad_inputs_register_nothing(home: Path) -> None:
         registry.register(
             settings, "fraud", dataset=home / "missing.parquet", model_path=model_path
         )
-    with pytest.raises(InvalidInput, match=r"dataset lacks column\(s\) the model needs: y"):
+    with pytest.raises(InvalidInput, match=r"the dataset has no label column 'y'"):
         registry.register(settings, "fraud", dataset=data_path, model_path=model_path, label="y")
     assert registry.list_models(settings) == []
 

@@ -38,7 +38,7 @@ def _parse_metrics(pairs: list[str]) -> dict[str, float]:
 
 def register_version(
     name: str = typer.Argument(..., help="Registered model name."),
-    model: Path | None = typer.Option(None, "--model", help="Pickle/joblib file or MLflow dir."),
+    model: Path | None = typer.Option(None, "--model", help="Model file or MLflow dir."),
     run: str | None = typer.Option(None, "--run", help="MLflow run id holding 'model'."),
     dataset: Path = typer.Option(..., "--dataset", help="Training set (CSV/Parquet)."),
     feature_service: str | None = typer.Option(None, "--feature-service"),
@@ -49,15 +49,33 @@ def register_version(
     quantize: str | None = typer.Option(
         None, "--quantize", help="fp16|bf16|int8: derive a version; --dataset is the eval set."
     ),
-    parent: str | None = typer.Option(None, "--parent", help="Version to quantize (latest)."),
+    to_onnx: bool = typer.Option(
+        False, "--to-onnx", help="Derive an ONNX version; --dataset is the eval set."
+    ),
+    parent: str | None = typer.Option(
+        None, "--parent", help="Version to quantize or convert (latest)."
+    ),
+    accept_degradation: bool = typer.Option(
+        False, "--accept-degradation", help="Register a quantized version that lost recall/AUC."
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Register a new model version with its lineage (or a quantized version of one)."""
+    """Register a new model version with its lineage (or a quantized or ONNX version of one)."""
     from mlpipe import registry
+    from mlpipe.errors import InvalidInput
 
+    if quantize is not None and to_onnx:
+        raise InvalidInput("give one of --quantize or --to-onnx, not both")
     if quantize is not None:
         info = registry.register_quantized(
-            state.settings(), name, recipe=quantize, dataset=dataset, parent=parent, label=label
+            state.settings(), name, recipe=quantize, dataset=dataset, parent=parent, label=label,
+            accept_degradation=accept_degradation,
+        )  # fmt: skip
+        _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
+        return
+    if to_onnx:
+        info = registry.register_onnx(
+            state.settings(), name, dataset=dataset, parent=parent, label=label
         )
         _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
         return

@@ -3,12 +3,15 @@
 Every version carries its lineage as tags (``mlpipe.*``: training data and
 feature definitions, artifact sha256, commit, flavor, threshold, metrics). A
 serving process loads a version only after the artifact it downloads hashes to
-the registered value. A quantized version is a derived version naming its parent.
+the registered value. A quantized or ONNX-converted version is a derived version
+naming its parent.
 """
 
-from mlpipe.registry._aliases import mirror_aliases
+from mlpipe.registry._aliases import mirror_aliases, read_aliases
 from mlpipe.registry._client import client
+from mlpipe.registry._flavors import candidate_scorer
 from mlpipe.registry._load import load_reference, load_verified
+from mlpipe.registry._onnx_convert import convert_to_onnx, register_onnx
 from mlpipe.registry._quantize import quantize_module, register_quantized
 from mlpipe.registry._read import list_models, parse_ref, require_model, require_version, show
 from mlpipe.registry._register import register, register_model
@@ -19,15 +22,19 @@ __all__ = [
     "LoadedModel",
     "ModelSummary",
     "VersionInfo",
+    "candidate_scorer",
     "client",
+    "convert_to_onnx",
     "list_models",
     "load_reference",
     "load_verified",
     "mirror_aliases",
     "parse_ref",
     "quantize_module",
+    "read_aliases",
     "register",
     "register_model",
+    "register_onnx",
     "register_quantized",
     "require_model",
     "require_version",

@@ -1,4 +1,10 @@
-"""Reading a candidate model offered for registration, from a file or an MLflow directory."""
+"""Reading a candidate model offered for registration, from a file or an MLflow directory.
+
+A file is read by its suffix: ``.onnx`` (ONNX), ``.txt`` (LightGBM text model),
+``.json``/``.ubj`` (XGBoost model), ``.pt``/``.pth``/``.torchscript`` (PyTorch),
+anything else as a pickle/joblib file. Whatever cannot be read is refused in one
+line naming what is supported, never with the reader's own error.
+"""
 
 from __future__ import annotations
 
@@ -6,33 +12,61 @@ from pathlib import Path
 from typing import Any
 
 from mlpipe.errors import InvalidInput, NotFound
-from mlpipe.registry._flavors import for_candidate
+from mlpipe.registry._flavors import SUPPORTED, for_candidate
+from mlpipe.registry._lightgbm_flavor import LIGHTGBM_FILE, LIGHTGBM_SUFFIXES, LightGBMFlavor
+from mlpipe.registry._onnx_flavor import ONNX_FILE, ONNX_SUFFIXES, OnnxFlavor
 from mlpipe.registry._sklearn_flavor import SKOPS_FILE, SklearnFlavor
 from mlpipe.registry._torch_flavor import TORCH_FILE, TORCH_SUFFIXES, TorchFlavor
+from mlpipe.registry._xgboost_flavor import XGBOOST_SUFFIXES, XGBoostFlavor
+
+FILES = (
+    "a pickle/joblib file, LightGBM .txt, XGBoost .json/.ubj, ONNX .onnx, "
+    "TorchScript .pt/.pth, or an MLflow model directory"
+)
 
 
 def read_candidate(path: Path) -> Any:
-    """Load a model offered for registration: pickle/joblib, TorchScript, or an MLflow dir.
+    """Load a model offered for registration (see the module docstring for the formats).
 
     A pickle runs code when read: registering a file means trusting whoever made
-    it, as with any pickle. Raises InvalidInput if it is not a usable classifier.
+    it, as with any pickle. Raises NotFound if ``path`` is missing, InvalidInput
+    if it is no model file mlpipe reads or holds no model mlpipe registers.
     """
     if not path.exists():
         raise NotFound(f"model path {path} does not exist")
-    if path.is_dir():
-        model = _read_mlflow_dir(path)
-    elif path.suffix in TORCH_SUFFIXES:
-        model = TorchFlavor().read_file(path)
-    else:
-        model = _read_pickle(path)
+    model = _read_mlflow_dir(path) if path.is_dir() else _read_file(path)
     try:
         for_candidate(model)
     except InvalidInput as exc:
         raise InvalidInput(
-            f"{path} holds a {type(model).__name__}, not a classifier with predict_proba "
-            "(scikit-learn or LightGBM) or a torch module"
+            f"{path} holds a {type(model).__name__}, not a model mlpipe registers: it registers "
+            f"{SUPPORTED} (multiclass and regression models are not supported yet)"
         ) from exc
     return model
+
+
+def _read_file(path: Path) -> Any:
+    suffix = path.suffix.lower()
+    if suffix in ONNX_SUFFIXES:
+        return _with_library("onnx", lambda: OnnxFlavor().read_file(path))
+    if suffix in LIGHTGBM_SUFFIXES:
+        return LightGBMFlavor().read_file(path)
+    if suffix in XGBOOST_SUFFIXES:
+        return _with_library("xgboost", lambda: XGBoostFlavor().read_file(path))
+    if suffix in TORCH_SUFFIXES:
+        return _with_library("torch", lambda: TorchFlavor().read_file(path))
+    return _read_pickle(path)
+
+
+def _with_library(module: str, read: Any) -> Any:
+    """``read()``, or one line naming the library to install when it is missing."""
+    try:
+        return read()
+    except ModuleNotFoundError as exc:
+        raise InvalidInput(
+            f"reading this model needs the {module!r} package, which is not installed "
+            f"({exc.name} is missing); install mlpipe[formats] or {module}"
+        ) from exc
 
 
 def _read_pickle(path: Path) -> Any:
@@ -41,7 +75,7 @@ def _read_pickle(path: Path) -> Any:
     try:
         return joblib.load(path)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a model file"
-        raise InvalidInput(f"{path} is not a model file (pickle/joblib): {exc}") from exc
+        raise InvalidInput(f"{path} is not a model file mlpipe reads: give {FILES}") from exc
 
 
 def _read_mlflow_dir(path: Path) -> Any:
@@ -50,5 +84,14 @@ def _read_mlflow_dir(path: Path) -> Any:
     if (path / "model.pkl").exists():
         return _read_pickle(path / "model.pkl")
     if (path / TORCH_FILE).exists():
-        return TorchFlavor().read_mlflow_dir(path)
-    raise InvalidInput(f"{path} is not an MLflow scikit-learn/LightGBM/PyTorch model directory")
+        return _with_library("torch", lambda: TorchFlavor().read_mlflow_dir(path))
+    if (path / LIGHTGBM_FILE).exists():
+        return LightGBMFlavor().read_mlflow_dir(path)
+    if (path / ONNX_FILE).exists():
+        return _with_library("onnx", lambda: OnnxFlavor().read_mlflow_dir(path))
+    if any((path / f"model{s}").exists() for s in (".ubj", ".json", ".xgb")):
+        return _with_library("xgboost", lambda: XGBoostFlavor().read_mlflow_dir(path))
+    raise InvalidInput(
+        f"{path} is not an MLflow model directory mlpipe reads "
+        "(scikit-learn/skops, LightGBM, XGBoost, ONNX or PyTorch)"
+    )

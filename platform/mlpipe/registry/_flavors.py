@@ -11,11 +11,26 @@ from typing import Any
 
 from mlpipe.errors import InvalidInput
 from mlpipe.registry import _tags
-from mlpipe.registry._model_flavor import ModelFlavor
+from mlpipe.registry._lightgbm_flavor import LightGBMFlavor
+from mlpipe.registry._model_flavor import ModelFlavor, Scorer
+from mlpipe.registry._onnx_flavor import OnnxFlavor
 from mlpipe.registry._sklearn_flavor import SklearnFlavor
 from mlpipe.registry._torch_flavor import TorchFlavor
+from mlpipe.registry._xgboost_flavor import XGBoostFlavor
 
-FLAVORS: dict[str, type[ModelFlavor]] = {"sklearn": SklearnFlavor, "torch": TorchFlavor}
+# In the order a candidate is matched: XGBoost's classifier also has predict_proba,
+# and would otherwise go to the scikit-learn flavor (skops, which does not trust it).
+FLAVORS: dict[str, type[ModelFlavor]] = {
+    "xgboost": XGBoostFlavor,
+    "lightgbm": LightGBMFlavor,
+    "onnx": OnnxFlavor,
+    "sklearn": SklearnFlavor,
+    "torch": TorchFlavor,
+}
+SUPPORTED = (
+    "binary classifiers: scikit-learn/LightGBM/XGBoost (predict_proba), LightGBM and "
+    "XGBoost Boosters, ONNX graphs, torch modules"
+)
 
 
 def for_candidate(model: Any) -> ModelFlavor:
@@ -25,8 +40,8 @@ def for_candidate(model: Any) -> ModelFlavor:
         if flavor.accepts(model):
             return flavor
     raise InvalidInput(
-        f"a {type(model).__name__} is not a model mlpipe registers: a classifier with "
-        "predict_proba (scikit-learn, LightGBM) or a torch module"
+        f"a {type(model).__name__} is not a model mlpipe registers: it registers {SUPPORTED}"
+        " (multiclass and regression models are not supported yet)"
     )
 
 
@@ -37,3 +52,14 @@ def for_version(tags: dict[str, str]) -> ModelFlavor:
     if cls is None:
         raise InvalidInput(f"unknown model flavor {name!r} (known: {', '.join(FLAVORS)})")
     return cls()
+
+
+def candidate_scorer(model: Any) -> Scorer:
+    """The vectorized ``X -> P(class 1)`` serving would use for ``model``, checked binary.
+
+    Raises InvalidInput for a model mlpipe does not register or one that is no
+    binary classifier.
+    """
+    flavor = for_candidate(model)
+    flavor.check_binary(model)
+    return flavor.scorer(model)

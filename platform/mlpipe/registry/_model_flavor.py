@@ -7,6 +7,10 @@ A flavor knows:
 - ``log(model, signature, tags)``: log it as the run's ``model`` artifact;
 - ``load(local, tags)``: load the downloaded, already verified, artifact dir;
 - ``read_mlflow_dir(path)``: read a candidate offered as an MLflow model directory;
+- ``check_binary(model)``: refuse (InvalidInput, one line) a model that is not a
+  binary classifier: serving gives P(class 1) against a threshold, so a
+  multiclass or regression model would be served wrong, silently;
+- ``input_names(model)``: the input columns the model names, if it names them;
 
 and ``scorer(model)`` gives the vectorized ``X -> P(class 1)`` serving calls.
 """
@@ -19,7 +23,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from mlpipe.errors import InvalidInput
+
 Scorer = Callable[[np.ndarray], np.ndarray]
+
+BINARY_ONLY = (
+    "mlpipe serves binary classifiers only for now (P(class 1) against a threshold); "
+    "multiclass and regression models are not supported yet"
+)
 
 
 class ModelFlavor:
@@ -44,5 +55,17 @@ class ModelFlavor:
         """A candidate model from an MLflow model directory of this flavor."""
         raise NotImplementedError
 
+    def check_binary(self, model: Any) -> None:
+        """Raise InvalidInput (naming ``BINARY_ONLY``) unless ``model`` is a binary classifier."""
+
+    def input_names(self, model: Any) -> list[str] | None:
+        """The model's input columns in order, or None if it does not name them."""
+        return None
+
     def scorer(self, model: Any) -> Scorer:
         raise NotImplementedError
+
+
+def not_binary(what: str) -> InvalidInput:
+    """The one-line refusal of a model that is not a binary classifier."""
+    return InvalidInput(f"{what}: {BINARY_ONLY}")

@@ -9,7 +9,16 @@ parent's training lineage (data, features, feature service, threshold) and add:
 - ``mlpipe.eval_dataset`` and ``mlpipe.eval_data_sha256``;
 - metrics ``accuracy`` (of the derived version), ``accuracy_delta`` (derived
   minus parent, at the version's threshold) and ``max_abs_score_delta``: the
-  largest score difference on the evaluation set, the tolerance the two agree within.
+  largest score difference on the evaluation set, the tolerance the two agree within;
+- metrics ``recall_class_<c>`` per class at the threshold and ``auc``, each beside
+  the parent's (``parent_recall_class_<c>``, ``parent_auc``).
+
+The quantization guard: accuracy hides a cliff on imbalanced data (an INT8 MLP
+whose fraud recall went 0.31 → 0.00 registered with ``accuracy_delta`` −0.008),
+so a per-class recall drop beyond ``RECALL_TOLERANCE`` or an AUC drop beyond
+``AUC_TOLERANCE`` refuses the registration (:class:`CheckFailed`, exit 1, the
+class and figures named) unless ``accept_degradation``, which is then recorded
+in the ``mlpipe.accepted_degradation`` tag.
 
 Recipes: ``fp16`` and ``bf16`` cast the weights (scored on the CPU here, on a
 GPU where there is one); ``int8`` is dynamic INT8 of every ``Linear`` layer
@@ -26,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from mlpipe.config import Settings
-from mlpipe.errors import InvalidInput
+from mlpipe.errors import CheckFailed, InvalidInput
 from mlpipe.registry import _lineage, _tags
 from mlpipe.registry._load import load_verified
 from mlpipe.registry._read import show
@@ -39,6 +48,9 @@ RECIPES = {
     "bf16": "weights cast to bfloat16",
     "int8": "dynamic INT8 of Linear layers (torch.ao quantize_dynamic_jit, per-tensor qint8)",
 }
+RECALL_TOLERANCE = 0.05  # absolute drop in any class's recall at the threshold
+AUC_TOLERANCE = 0.02  # absolute drop in ROC AUC
+ACCEPTED_DEGRADATION = _tags.TAG + "accepted_degradation"
 # Tags of the parent that describe its training, carried to the derived version.
 _INHERITED = (
     _tags.DATA_SHA256,
@@ -60,13 +72,16 @@ def register_quantized(
     parent: str | None = None,
     label: str = "label",
     description: str | None = None,
+    accept_degradation: bool = False,
 ) -> VersionInfo:
     """Register ``recipe`` applied to version ``parent`` (default: latest) of ``name``.
 
     ``dataset`` is the evaluation set (the model's features and ``label``).
     Raises NotFound (model, version or dataset missing), IntegrityError (the
-    parent's artifact fails verification) and InvalidInput (unknown recipe, a
-    parent that is not a torch model, a dataset without the needed columns).
+    parent's artifact fails verification), InvalidInput (unknown recipe, a
+    parent that is not a torch model, a dataset without the needed columns)
+    and CheckFailed (a class's recall or the AUC drops beyond its tolerance,
+    unless ``accept_degradation``); nothing is registered when it raises.
     """
     if recipe not in RECIPES:
         raise InvalidInput(f"--quantize must be one of {', '.join(RECIPES)}, got {recipe!r}")
@@ -83,7 +98,16 @@ def register_quantized(
     x = frame[loaded.features].to_numpy(dtype=np.float32)
     y = frame[label].to_numpy()
     delta = evaluate(loaded.model, derived, x, y, loaded.threshold)
+    drops = degradation(delta)
+    if drops and not accept_degradation:
+        raise CheckFailed(
+            f"{recipe} of {name}/{parent_version} degrades it on {Path(dataset).name}: "
+            f"{'; '.join(drops)}; not registered (--accept-degradation registers it anyway, "
+            "recorded as a tag)"
+        )
     tags = {k: info.tags[k] for k in _INHERITED if k in info.tags}
+    if accept_degradation:
+        tags[ACCEPTED_DEGRADATION] = "; ".join(drops) or "none beyond tolerance"
     tags.update(
         {
             _tags.PARENT_VERSION: f"{name}/{parent_version}",
@@ -122,16 +146,49 @@ def quantize_module(model: Any, recipe: str) -> Any:
 def evaluate(
     parent: Any, derived: Any, x: np.ndarray, y: np.ndarray, threshold: float
 ) -> dict[str, float]:
-    """Accuracy of the derived model, its delta to the parent's, the largest score change."""
+    """The derived model's figures beside the parent's (``parent_*``) on ``x``, ``y``.
+
+    Accuracy and its delta, the largest score change, recall per class at
+    ``threshold`` and ROC AUC (NaN with a single class).
+    """
     before = torch_scorer(parent, "cpu")(x)
     after = torch_scorer(derived, "cpu")(x)
     acc_before = float(np.mean((before >= threshold) == y))
     acc_after = float(np.mean((after >= threshold) == y))
-    return {
+    figures = {
         "accuracy": acc_after,
         "accuracy_delta": acc_after - acc_before,
         "max_abs_score_delta": float(np.max(np.abs(after - before))),
     }
+    for prefix, scores in (("", after), ("parent_", before)):
+        figures.update({prefix + k: v for k, v in _class_figures(scores, y, threshold).items()})
+    return figures
 
 
-__all__ = ["RECIPES", "evaluate", "quantize_module", "register_quantized"]
+def _class_figures(scores: np.ndarray, y: np.ndarray, threshold: float) -> dict[str, float]:
+    """Recall of each class (share of its rows labelled as it) and ROC AUC."""
+    from scipy.stats import rankdata
+
+    predicted = (scores >= threshold).astype(int)
+    truth = y.astype(int)
+    figures = {f"recall_class_{c}": float(np.mean(predicted[truth == c] == c)) for c in (0, 1)}
+    positives, negatives = int(truth.sum()), int(len(truth) - truth.sum())
+    ranks = rankdata(scores)
+    wins = ranks[truth == 1].sum() - positives * (positives + 1) / 2
+    figures["auc"] = float(wins / (positives * negatives)) if positives and negatives else np.nan
+    return figures
+
+
+def degradation(figures: dict[str, float]) -> list[str]:
+    """Each class recall or AUC of the derived version that fell beyond its tolerance."""
+    drops = []
+    for key in sorted(k for k in figures if k.startswith("recall_class_") or k == "auc"):
+        before, after = figures["parent_" + key], figures[key]
+        tolerance = AUC_TOLERANCE if key == "auc" else RECALL_TOLERANCE
+        if before - after > tolerance:
+            what = "AUC" if key == "auc" else f"recall of class {key.removeprefix('recall_class_')}"
+            drops.append(f"{what} {before:.3f} -> {after:.3f} (tolerance {tolerance})")
+    return drops
+
+
+__all__ = ["RECIPES", "degradation", "evaluate", "quantize_module", "register_quantized"]

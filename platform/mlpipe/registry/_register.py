@@ -21,7 +21,7 @@ from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import describe_service
 from mlpipe.registry import _lineage, _registration, _tags
 from mlpipe.registry._candidate import read_candidate
-from mlpipe.registry._client import client, mlflow_errors
+from mlpipe.registry._client import client, first_line, mlflow_errors
 from mlpipe.registry._flavors import FLAVORS, for_candidate
 from mlpipe.registry._model_flavor import ModelFlavor
 from mlpipe.registry._types import VersionInfo
@@ -59,8 +59,10 @@ def register(
         raise InvalidInput(f"--threshold must be between 0 and 1, got {threshold:g}")
     _check_name(name)
     model = _read_model(settings, model_path, run_id)
+    flavor = for_candidate(model)
+    flavor.check_binary(model)
     frame = read_dataset(dataset)
-    features = _model_features(model, frame, label)
+    features = _model_features(flavor, model, frame, label)
     tags = _lineage_tags(settings, dataset, feature_service, features, threshold, metrics or {})
     if run_id:
         tags[_tags.SOURCE_RUN] = run_id
@@ -81,9 +83,11 @@ def register_model(
     """Log an in-memory ``model`` with ``tags`` (lineage already filled in) as a new version.
 
     The flavor comes from the object (see ``_flavors``). Raises InvalidInput if
-    it is no model mlpipe registers, or its scores on the data are no probabilities.
+    it is no model mlpipe registers, no binary classifier, fails on the data or
+    its scores on the data are no probabilities.
     """
     flavor = for_candidate(model)
+    flavor.check_binary(model)
     tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
     flavor = FLAVORS[tags[_tags.FLAVOR]]()
     signature, reference = _signature_and_reference(flavor, model, frame, features, label)
@@ -139,13 +143,29 @@ def read_dataset(path: Path) -> pd.DataFrame:
         raise InvalidInput(f"dataset {path} is not a readable CSV/Parquet file: {exc}") from exc
 
 
-def _model_features(model: Any, frame: pd.DataFrame, label: str) -> list[str]:
-    names = getattr(model, "feature_names_in_", None)
-    features = (
-        [str(n) for n in names] if names is not None else [c for c in frame.columns if c != label]
-    )
-    require_columns(frame, [*features, label])
+def _model_features(flavor: ModelFlavor, model: Any, frame: pd.DataFrame, label: str) -> list[str]:
+    """The columns the model names, else every dataset column but the label."""
+    require_label(frame, label)
+    names = flavor.input_names(model)
+    features = names if names is not None else [c for c in frame.columns if c != label]
+    require_columns(frame, features)
     return features
+
+
+def require_label(frame: pd.DataFrame, label: str) -> None:
+    """Raise InvalidInput if the dataset has no column ``label``."""
+    if label not in frame.columns:
+        raise InvalidInput(
+            f"the dataset has no label column {label!r} (name it with --label; its columns: "
+            f"{_listed(frame.columns)})"
+        )
+
+
+def _listed(names: Any, limit: int = 12) -> str:
+    """``a, b, c`` for the first ``limit`` names, and how many more."""
+    names = [str(n) for n in names]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 def require_columns(frame: pd.DataFrame, columns: list[str]) -> None:
@@ -198,7 +218,18 @@ def _signature_and_reference(
 def _check_scores(flavor: ModelFlavor, model: Any, x: pd.DataFrame) -> np.ndarray:
     import numpy as np
 
-    scores = np.asarray(flavor.scorer(model)(x.to_numpy()))
+    try:
+        with warnings.catch_warnings():  # the model's own warnings are not the user's output
+            warnings.simplefilter("ignore")
+            scores = np.asarray(flavor.scorer(model)(x.to_numpy()))
+    except InvalidInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any library's failure on the user's data
+        raise InvalidInput(
+            f"the {flavor.name} model fails on the dataset's first rows, given the "
+            f"{x.shape[1]} columns {_listed(x.columns)}: "
+            f"{type(exc).__name__}: {first_line(exc)}"
+        ) from exc
     if scores.shape != (len(x),) or not ((scores >= 0) & (scores <= 1)).all():
         raise InvalidInput(
             f"the {flavor.name} model must give one probability in [0, 1] per row; on the "

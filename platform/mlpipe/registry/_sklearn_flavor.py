@@ -1,4 +1,4 @@
-"""The scikit-learn flavor (and LightGBM's scikit-learn API), stored with skops.
+"""The scikit-learn flavor (and LightGBM's scikit-learn API, and XGBoost inside a Pipeline).
 
 MLflow 3.17 stores scikit-learn models with skops, which refuses to load types
 not on an allow-list. mlpipe's policy: at registration, the types skops does
@@ -23,9 +23,16 @@ import numpy as np
 
 from mlpipe.errors import InvalidInput
 from mlpipe.registry import _tags
-from mlpipe.registry._model_flavor import ModelFlavor, Scorer
+from mlpipe.registry._model_flavor import ModelFlavor, Scorer, not_binary
 
-AUTO_TRUSTED_MODULES = ("sklearn.", "lightgbm.", "numpy.", "scipy.", "collections.")
+AUTO_TRUSTED_MODULES = (
+    "sklearn.",
+    "lightgbm.",
+    "xgboost.",
+    "numpy.",
+    "scipy.",
+    "collections.",
+)
 SKOPS_FILE = "model.skops"
 TORCH_SHIM = "sklearn.externals.array_api_compat.torch"
 
@@ -33,6 +40,7 @@ TORCH_SHIM = "sklearn.externals.array_api_compat.torch"
 _DISTRIBUTIONS = {
     "sklearn": "scikit-learn",
     "lightgbm": "lightgbm",
+    "xgboost": "xgboost",
     "numpy": "numpy",
     "scipy": "scipy",
 }
@@ -71,6 +79,15 @@ class SklearnFlavor(ModelFlavor):
         skops_file = path / SKOPS_FILE
         untrusted = _skops_io().get_untrusted_types(file=skops_file)
         return load_skops(skops_file, _auto_trusted(untrusted, extra=()))
+
+    def check_binary(self, model: Any) -> None:
+        classes = getattr(model, "classes_", None)
+        if classes is not None and len(classes) != 2:
+            raise not_binary(f"this {type(model).__name__} has {len(classes)} classes")
+
+    def input_names(self, model: Any) -> list[str] | None:
+        names = getattr(model, "feature_names_in_", None)
+        return [str(n) for n in names] if names is not None else None
 
     def scorer(self, model: Any) -> Scorer:
         return positive_scores(model)

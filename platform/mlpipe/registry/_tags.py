@@ -29,11 +29,14 @@ SKOPS_TRUSTED_TYPES = TAG + "skops_trusted_types"
 ARTIFACT_SHA256 = TAG + "artifact_sha256"
 REFERENCE_URI = TAG + "reference_uri"
 
-# A derived (quantized) version.
+# A derived (quantized or converted) version.
 PARENT_VERSION = TAG + "parent_version"
 PARENT_ARTIFACT_SHA256 = TAG + "parent_artifact_sha256"
 QUANTIZE = TAG + "quantize"
 QUANTIZE_RECIPE = TAG + "quantize_recipe"
+CONVERT = TAG + "convert"  # the format converted to: "onnx"
+CONVERTER = TAG + "converter"  # the converter and its version, e.g. "skl2onnx==1.20.0"
+CONVERT_TOLERANCE = TAG + "convert_tolerance"  # the largest score delta accepted
 EVAL_DATASET = TAG + "eval_dataset"
 EVAL_DATA_SHA256 = TAG + "eval_data_sha256"
 

@@ -1,0 +1,187 @@
+"""ONNX versions: a registered scikit-learn/LightGBM/XGBoost version → a derived ONNX version.
+
+The conversion uses the maintained converters: ``skl2onnx`` for scikit-learn
+(probabilities as a plain tensor, no ZipMap), ``onnxmltools`` for LightGBM and
+XGBoost (Boosters and their scikit-learn classifiers); a scikit-learn Pipeline
+ending in a LightGBM classifier converts with that converter registered in
+skl2onnx. Inputs are one float32 tensor ``[N, features]``.
+
+The converted graph is scored beside its parent on the evaluation dataset: the
+largest score difference is recorded (metric ``max_abs_score_delta``) and one
+beyond ``TOLERANCE`` refuses the registration (:class:`CheckFailed`, one line).
+Like a quantized version, the derived version keeps the parent's training
+lineage and adds ``mlpipe.parent_version``, ``mlpipe.parent_artifact_sha256``,
+``mlpipe.eval_dataset``, ``mlpipe.eval_data_sha256``, and ``mlpipe.convert``
+(``onnx``), ``mlpipe.converter`` (tool and version), ``mlpipe.convert_tolerance``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlpipe.config import Settings
+from mlpipe.errors import CheckFailed, InvalidInput
+from mlpipe.registry import _lineage, _tags
+from mlpipe.registry._client import first_line
+from mlpipe.registry._flavors import FLAVORS
+from mlpipe.registry._load import load_verified
+from mlpipe.registry._onnx_flavor import OnnxFlavor
+from mlpipe.registry._read import show
+from mlpipe.registry._register import read_dataset, register_model, require_columns, require_label
+from mlpipe.registry._types import VersionInfo
+from mlpipe.registry._xgboost_flavor import as_booster
+
+TOLERANCE = 1e-4  # the largest |score delta| an ONNX version may differ from its parent by
+CONVERTIBLE = ("sklearn", "lightgbm", "xgboost")
+# Tags of the parent that describe its training, carried to the derived version.
+_INHERITED = (
+    _tags.DATA_SHA256,
+    _tags.DATASET,
+    _tags.FEATURES,
+    _tags.FEATURE_SERVICE,
+    _tags.FEATURE_SERVICE_SHA256,
+    _tags.THRESHOLD,
+    _tags.GIT_COMMIT,
+)
+
+
+def register_onnx(
+    settings: Settings,
+    name: str,
+    *,
+    dataset: Path,
+    parent: str | None = None,
+    label: str = "label",
+    tolerance: float = TOLERANCE,
+    description: str | None = None,
+) -> VersionInfo:
+    """Register version ``parent`` (default: latest) of ``name`` converted to ONNX.
+
+    ``dataset`` is the evaluation set (the model's features and ``label``).
+    Raises NotFound (model, version or dataset missing), IntegrityError (the
+    parent fails verification), InvalidInput (a parent that does not convert, a
+    dataset without the needed columns) and CheckFailed (scores differ beyond
+    ``tolerance``); nothing is registered when it raises.
+    """
+    parent_version = parent or show(settings, name).version
+    info = show(settings, f"{name}/{parent_version}")
+    loaded = load_verified(settings, name, parent_version)
+    if loaded.flavor not in CONVERTIBLE:
+        raise InvalidInput(
+            f"{name}/{parent_version} is stored as {loaded.flavor}; --to-onnx converts "
+            f"{', '.join(CONVERTIBLE)} versions"
+        )
+    frame = read_dataset(Path(dataset))
+    require_label(frame, label)
+    require_columns(frame, loaded.features)
+    converted, converter = convert_to_onnx(loaded.flavor, loaded.model, len(loaded.features))
+    x = frame[loaded.features].to_numpy(dtype=np.float64)
+    delta = max_abs_delta(FLAVORS[loaded.flavor]().scorer(loaded.model), converted, x)
+    if not delta <= tolerance:
+        raise CheckFailed(
+            f"the ONNX conversion of {name}/{parent_version} ({converter}) scores up to "
+            f"{delta:.3g} away from it on {Path(dataset).name} (tolerance {tolerance:g}); "
+            "not registered"
+        )
+    tags = {k: info.tags[k] for k in _INHERITED if k in info.tags}
+    tags.update(
+        {
+            _tags.PARENT_VERSION: f"{name}/{parent_version}",
+            _tags.PARENT_ARTIFACT_SHA256: loaded.artifact_sha256,
+            _tags.CONVERT: "onnx",
+            _tags.CONVERTER: converter,
+            _tags.CONVERT_TOLERANCE: repr(float(tolerance)),
+            _tags.EVAL_DATASET: Path(dataset).name,
+            _tags.EVAL_DATA_SHA256: _lineage.file_sha256(Path(dataset)),
+        }
+    )
+    tags.update(_tags.metric_tags({"max_abs_score_delta": delta}))
+    return register_model(
+        settings, name, converted, frame, loaded.features, label, tags, description=description
+    )
+
+
+def max_abs_delta(parent_scorer: Any, converted: Any, x: np.ndarray) -> float:
+    """The largest |P(class 1) difference| between the parent and the ONNX graph on ``x``."""
+    with warnings.catch_warnings():  # scikit-learn's feature-name warning on arrays
+        warnings.simplefilter("ignore")
+        before = np.asarray(parent_scorer(x), dtype=np.float64)
+    after = OnnxFlavor().scorer(converted)(x)
+    return float(np.max(np.abs(after - before))) if len(x) else 0.0
+
+
+def convert_to_onnx(flavor: str, model: Any, n_features: int) -> tuple[Any, str]:
+    """``model`` as an ONNX ModelProto, and the converter that made it (``tool==version``)."""
+    try:
+        with warnings.catch_warnings():  # converters warn about opsets and dtypes
+            warnings.simplefilter("ignore")
+            return _convert(flavor, model, n_features)
+    except ModuleNotFoundError as exc:
+        raise InvalidInput(
+            f"--to-onnx needs {exc.name}, which is not installed (install mlpipe[formats])"
+        ) from exc
+    except Exception as exc:  # noqa: BLE001 - converters raise RuntimeError, NameError, …
+        raise InvalidInput(
+            f"the {flavor} model does not convert to ONNX: {type(exc).__name__}: {first_line(exc)}"
+        ) from exc
+
+
+def _convert(flavor: str, model: Any, n_features: int) -> tuple[Any, str]:
+    import onnxmltools
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    inputs = [("input", FloatTensorType([None, n_features]))]
+    tool = f"onnxmltools=={onnxmltools.__version__}"
+    if flavor == "xgboost":
+        return onnxmltools.convert_xgboost(_unnamed(as_booster(model)), initial_types=inputs), tool
+    if flavor == "lightgbm" or type(model).__module__.startswith("lightgbm."):
+        return onnxmltools.convert_lightgbm(model, initial_types=inputs, zipmap=False), tool
+    return _convert_sklearn(model, n_features)
+
+
+def _convert_sklearn(model: Any, n_features: int) -> tuple[Any, str]:
+    import skl2onnx
+    from skl2onnx.common.data_types import FloatTensorType
+
+    _register_lightgbm_converter()
+    proto = skl2onnx.convert_sklearn(
+        model,
+        initial_types=[("input", FloatTensorType([None, n_features]))],
+        options={"zipmap": False},
+        # ai.onnx.ml 3: what skl2onnx writes, and the most it accepts from onnxmltools' converters
+        target_opset={"": skl2onnx.get_latest_tested_opset_version(), "ai.onnx.ml": 3},
+    )
+    return proto, f"skl2onnx=={skl2onnx.__version__}"
+
+
+def _unnamed(booster: Any) -> Any:
+    """A copy of ``booster`` without feature names (the converter reads only ``f0``, ``f1``…)."""
+    copy = booster.copy()
+    copy.feature_names = None
+    copy.feature_types = None
+    return copy
+
+
+def _register_lightgbm_converter() -> None:
+    """Teach skl2onnx LightGBM's classifier, for one at the end of a Pipeline.
+
+    Not XGBoost's: onnxmltools reads ``XGBClassifier.base_score``, which XGBoost 3
+    leaves unset (it estimates it from the data), and its graph scored up to 0.36
+    away from the Pipeline it came from; such a Pipeline does not convert.
+    """
+    from lightgbm import LGBMClassifier
+    from onnxmltools.convert.lightgbm.operator_converters.LightGbm import convert_lightgbm
+    from skl2onnx import update_registered_converter
+    from skl2onnx.common.shape_calculator import calculate_linear_classifier_output_shapes
+
+    update_registered_converter(
+        LGBMClassifier,
+        "LightGbmLGBMClassifier",
+        calculate_linear_classifier_output_shapes,
+        convert_lightgbm,
+        options={"nocl": [True, False], "zipmap": [True, False, "columns"]},
+    )
