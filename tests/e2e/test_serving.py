@@ -158,7 +158,7 @@ def test_cache_hit_then_miss_after_promote(stack: Any) -> None:
     first, second = stack.server.post(body).json(), stack.server.post(body).json()
     assert (first["cache_hit"], second["cache_hit"]) == (False, True)
     assert first["score"] == second["score"]
-    d = deployments.promote(stack.settings, "fraud")
+    d = deployments.promote(stack.settings, "fraud", force=True)
     wait_generation(stack.server, d.generation)
     third = stack.server.post(body).json()
     assert third["generation"] == d.generation and third["cache_hit"] is False
@@ -185,7 +185,7 @@ def test_promote_and_rollback_under_load(stack: Any) -> None:
         d = deployments.deploy(stack.settings, "fraud", stack.versions[2], canary=50)
         allowed |= set(d.arms().values())
         time.sleep(1.5)
-        d = deployments.promote(stack.settings, "fraud")
+        d = deployments.promote(stack.settings, "fraud", force=True)
         allowed |= set(d.arms().values())
         time.sleep(1.5)
     finally:

@@ -1,5 +1,6 @@
 """The deployment loop against a real MLflow registry and SQLite control plane."""
 
+import json
 import subprocess
 import threading
 from pathlib import Path
@@ -9,7 +10,8 @@ import pytest
 from mlpipe import deployments, registry
 from mlpipe.config import load_settings
 from mlpipe.deployments import plan_promote
-from mlpipe.errors import Conflict, InvalidInput, NotFound
+from mlpipe.errors import CheckFailed, Conflict, InvalidInput, NotFound
+from mlpipe.serving import GenerationLoader
 from tests.conftest import MLPIPE
 
 pytestmark = pytest.mark.integration
@@ -36,7 +38,7 @@ def test_canary_promote_rollback_mirror_aliases(registered_home: Path) -> None:
     deployments.deploy(s, "fraud", "1", reason="first")
     deployments.deploy(s, "fraud", "2", canary=10)
     assert _snapshot(s)[2] == {"champion": "1", "canary": "2", "shadow": None, "previous": None}
-    promoted = deployments.promote(s, "fraud")
+    promoted = deployments.promote(s, "fraud", force=True)
     assert (promoted.generation, promoted.champion, promoted.previous) == (3, "2", "1")
     assert _alias(s, "champion") == "2" and _alias(s, "previous") == "1"
     assert _alias(s, "canary") is None
@@ -44,7 +46,7 @@ def test_canary_promote_rollback_mirror_aliases(registered_home: Path) -> None:
     assert (rolled.champion, rolled.generation) == ("1", 4)
     assert _alias(s, "champion") == "1" and _alias(s, "previous") is None
     actions = [h.action for h in deployments.history(s, "fraud")]
-    assert actions == ["rollback", "promote", "canary", "deploy"]
+    assert actions == ["rollback", "promote --force", "canary", "deploy"]
     assert deployments.history(s, "fraud")[0].reason == "bad p99"
 
 
@@ -110,7 +112,7 @@ def test_two_promote_commands_at_once(registered_home: Path) -> None:
     s = load_settings()
     deployments.deploy(s, "fraud", "1")
     record = deployments.deploy(s, "fraud", "2", canary=10)
-    cmd = [MLPIPE, "promote", "fraud", "--expect-generation", str(record.generation)]
+    cmd = [MLPIPE, "promote", "fraud", "--force", "--expect-generation", str(record.generation)]
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -124,3 +126,156 @@ def test_two_promote_commands_at_once(registered_home: Path) -> None:
     final, n_history, aliases = _snapshot(s)
     assert n_history == 3 and final is not None and final.champion == "2"
     assert aliases == {"champion": "2", "canary": None, "shadow": None, "previous": "1"}
+
+
+class Cli:
+    """``mlpipe ARGS`` run in this process (entry point, error boundary, exit code)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+        self.monkeypatch, self.capsys = monkeypatch, capsys
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        from mlpipe_cli.main import run
+        from mlpipe_cli.state import state
+
+        self.monkeypatch.setattr("sys.argv", ["mlpipe", *args])
+        self.monkeypatch.setattr(state, "debug", False)
+        with pytest.raises(SystemExit) as exit_:
+            run()
+        out, err = self.capsys.readouterr()
+        return subprocess.CompletedProcess(args, int(exit_.value.code or 0), out, err)
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(monkeypatch, capsys)
+
+
+def _analysed(settings, version: str, verdict: str) -> None:  # type: ignore[no-untyped-def]
+    """An entry in the reports index as ``canary analyze`` writes it."""
+    from datetime import UTC, datetime
+    from uuid import uuid4
+
+    from mlpipe import warehouse
+
+    entry = warehouse.ReportEntry(
+        id=uuid4().hex,
+        kind="canary",
+        model="fraud",
+        arm="canary",
+        version=version,
+        window_start=None,
+        window_end=None,
+        created_at=datetime.now(UTC),
+        verdict=verdict,
+        path=None,
+        summary={},
+    )
+    warehouse.record_reports(settings, [entry])
+
+
+def test_promote_needs_a_passing_analysis_of_the_canary_version(registered_home: Path) -> None:
+    s = load_settings()
+    deployments.deploy(s, "fraud", "1")
+    deployments.deploy(s, "fraud", "2", canary=10)
+    before = _snapshot(s)
+    with pytest.raises(CheckFailed) as none:
+        deployments.promote(s, "fraud")
+    assert str(none.value) == (
+        "fraud version 2 has no canary analysis; run `mlpipe canary analyze fraud`, "
+        "or promote with --force (recorded in the history)"
+    )
+    _analysed(s, "1", "pass")  # a pass of another version does not count
+    _analysed(s, "2", "pass")
+    _analysed(s, "2", "fail")  # the newest analysis of the version decides
+    with pytest.raises(CheckFailed, match="latest canary analysis of fraud version 2 is fail"):
+        deployments.promote(s, "fraud")
+    assert _snapshot(s) == before
+    _analysed(s, "2", "pass")
+    assert deployments.promote(s, "fraud").champion == "2"
+    assert deployments.history(s, "fraud", limit=1)[0].action == "promote"
+
+
+def test_forced_promote_is_recorded_with_reason_and_actor(registered_home: Path, cli: Cli) -> None:
+    s = load_settings()
+    deployments.deploy(s, "fraud", "1")
+    deployments.deploy(s, "fraud", "2", canary=10)
+    refused = cli("promote", "fraud")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: fraud version 2 has no canary analysis")
+    assert len(refused.stderr.strip().splitlines()) == 1
+    forced = cli("promote", "fraud", "--force", "--reason", "hotfix, analysed by hand")
+    assert forced.returncode == 0, forced.stderr
+    (entry,) = deployments.history(s, "fraud", limit=1)
+    assert (entry.action, entry.reason, entry.champion) == (
+        "promote --force",
+        "hotfix, analysed by hand",
+        "2",
+    )
+    assert entry.actor == s.actor
+
+
+def test_undeploy_takes_the_model_out_of_service(registered_home: Path, cli: Cli) -> None:
+    s = load_settings()
+    deployments.deploy(s, "fraud", "1")
+    deployments.deploy(s, "fraud", "2", canary=10)
+    loader = GenerationLoader(s)  # what a serving worker runs
+    loader.refresh()
+    assert set(loader.models["fraud"].versions) == {"1", "2"}
+    result = cli("undeploy", "fraud", "--reason", "broken model")
+    assert result.returncode == 0, result.stderr
+    record, n_history, aliases = _snapshot(s)
+    assert record is not None and record.generation == 3
+    assert (record.champion, record.canary, record.shadow, record.previous) == (
+        None,
+        None,
+        None,
+        "1",
+    )
+    assert aliases == {"champion": None, "canary": None, "shadow": None, "previous": "1"}
+    (entry,) = deployments.history(s, "fraud", limit=1)
+    assert (entry.action, entry.reason, n_history) == ("undeploy", "broken model", 3)
+    assert deployments.generations(s) == {}  # what servers poll
+    loader.refresh()
+    assert loader.models == {} and loader.ready  # stopped serving it
+    # bad input: one line, exit 2, nothing changed
+    before = _snapshot(s)
+    for name, message in (
+        ("fraud", "error: fraud is not deployed; nothing was changed"),
+        ("ghost", "error: ghost has no deployment; run `mlpipe deploy ghost --version V` first"),
+    ):
+        bad = cli("undeploy", name)
+        assert (bad.returncode, bad.stdout, bad.stderr.strip()) == (2, "", message)
+        assert _snapshot(s) == before
+    back = deployments.rollback(s, "fraud", reason="fixed")
+    assert (back.champion, back.generation) == ("1", 4)
+    assert deployments.generations(s) == {"fraud": 4}
+    loader.refresh()
+    assert loader.models["fraud"].generation == 4
+    assert _alias(s, "champion") == "1"
+
+
+def test_status_heals_alias_drift_and_doctor_reports_it(registered_home: Path, cli: Cli) -> None:
+    s = load_settings()
+    deployments.deploy(s, "fraud", "1")
+    deployments.deploy(s, "fraud", "2", canary=10)
+    assert deployments.check_aliases(s) == "MLflow aliases match the record for 1 model(s)"
+    client = registry.client(s)
+    client.set_registered_model_alias("fraud", "champion", "2")  # a writer that lost a race
+    client.delete_registered_model_alias("fraud", "canary")
+    with pytest.raises(CheckFailed) as drift:
+        deployments.check_aliases(s)
+    assert str(drift.value) == (
+        "fraud: @champion is 2 (record: 1), @canary is None (record: 2); "
+        "`mlpipe status fraud` heals it"
+    )
+    doctor = cli("doctor", "--json")
+    (row,) = [c for c in json.loads(doctor.stdout) if c["store"] == "aliases"]
+    assert not row["ok"] and "@champion is 2 (record: 1)" in row["detail"]
+    status = cli("status", "fraud")
+    assert status.returncode == 0, status.stderr
+    assert "healed alias drift: @champion was 2, now 1" in status.stderr
+    assert "healed alias drift: @canary was None, now 2" in status.stderr
+    assert _snapshot(s)[2] == {"champion": "1", "canary": "2", "shadow": None, "previous": None}
+    again = cli("status", "fraud", "--json")
+    assert json.loads(again.stdout)["aliases_healed"] == []

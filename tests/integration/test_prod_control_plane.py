@@ -145,3 +145,28 @@ def test_warehouse_on_postgres_sync_is_idempotent_and_queryable(
     )
     assert [tuple(r) for r in result.rows] == [("canary", 10), ("champion", 30)]
     assert warehouse.models_in_warehouse(settings) == ["fraud"]
+
+
+def test_rollout_lease_on_postgres_one_owner_at_a_time(pg_url: str) -> None:
+    """The lease row: one owner; renew and drop by owner only; a takeover names the old owner."""
+    from datetime import UTC, datetime, timedelta
+
+    from mlpipe.deployments import RolloutLease
+
+    plane = ControlPlane(pg_url)
+    now = datetime.now(UTC)
+
+    def lease(owner: str) -> RolloutLease:
+        expires = now + timedelta(seconds=60)
+        return RolloutLease("lease-model", "2", 5.0, owner, 1, "h", now, now, expires)
+
+    assert plane.take_lease(lease("a")) and not plane.take_lease(lease("b"))
+    later = now + timedelta(seconds=120)
+    assert not plane.renew_lease("lease-model", "b", expires_at=later, weight=25.0)
+    assert plane.renew_lease("lease-model", "a", expires_at=later, weight=25.0)
+    held = plane.lease("lease-model")
+    assert held is not None and (held.owner, held.weight, held.expires_at) == ("a", 25.0, later)
+    assert not plane.take_lease(lease("c"), replacing="b")
+    assert plane.take_lease(lease("c"), replacing="a")
+    assert not plane.drop_lease("lease-model", "a") and plane.drop_lease("lease-model", "c")
+    assert plane.lease("lease-model") is None

@@ -75,7 +75,7 @@ def test_whole_loop_on_postgres_redis_and_an_mlflow_server(
             seen = demo.send(scoring.url, _bodies(200, 1), concurrency=8)
             assert seen.ok == 200 and seen.generations == {canary.generation}, seen.errors
             assert seen.by_arm["canary"] > 40 and seen.by_arm["champion"] > 40
-            promoted = deployments.promote(settings, "fraud")
+            promoted = deployments.promote(settings, "fraud", force=True)
             demo.wait_for_generation(scoring.url, _bodies(1, 9)[0], promoted.generation)
             after_promote = demo.send(scoring.url, _bodies(100, 2), concurrency=8)
             assert dict(after_promote.by_version) == {"2": 100}, after_promote.errors

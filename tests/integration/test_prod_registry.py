@@ -96,14 +96,14 @@ def test_deploy_canary_promote_rollback_mirror_aliases_on_the_server(prod: Prod)
     deployments.deploy(s, "fraud", "1", reason="first")
     deployments.deploy(s, "fraud", "2", canary=10)
     assert _aliases(s) == {"champion": "1", "canary": "2", "shadow": None, "previous": None}
-    promoted = deployments.promote(s, "fraud")
+    promoted = deployments.promote(s, "fraud", force=True)
     assert (promoted.generation, promoted.champion, promoted.previous) == (3, "2", "1")
     assert _aliases(s) == {"champion": "2", "canary": None, "shadow": None, "previous": "1"}
     rolled = deployments.rollback(s, "fraud", reason="bad p99")
     assert (rolled.generation, rolled.champion) == (4, "1")
     assert _aliases(s) == {"champion": "1", "canary": None, "shadow": None, "previous": None}
     actions = [h.action for h in deployments.history(s, "fraud")]
-    assert actions == ["rollback", "promote", "canary", "deploy"]
+    assert actions == ["rollback", "promote --force", "canary", "deploy"]
 
 
 def _cli(prod: Prod, *args: str) -> subprocess.Popen[str]:
@@ -127,7 +127,7 @@ def test_concurrent_cli_promote_exactly_one_wins(prod: Prod) -> None:
         generation += 1
     canary = deployments.deploy(s, "fraud", "2", canary=50, expected_generation=generation)
     racers = [
-        _cli(prod, "promote", "fraud", "--expect-generation", str(canary.generation))
+        _cli(prod, "promote", "fraud", "--force", "--expect-generation", str(canary.generation))
         for _ in range(2)
     ]
     results = [(p.wait(timeout=120), *p.communicate()) for p in racers]
@@ -137,7 +137,7 @@ def test_concurrent_cli_promote_exactly_one_wins(prod: Prod) -> None:
     assert "generation" in loser_err and "nothing was changed" in loser_err
     after = deployments.status(s, "fraud")
     assert (after.generation, after.champion, after.canary) == (canary.generation + 1, "2", None)
-    assert deployments.history(s, "fraud", limit=1)[0].action == "promote"
+    assert deployments.history(s, "fraud", limit=1)[0].action == "promote --force"
     assert _aliases(s)["champion"] == "2"
     status = subprocess.run(
         [MLPIPE, "--profile", "prod", "status", "fraud", "--json"],

@@ -32,13 +32,13 @@ def test_sync_mirrors_history_once_per_generation(registered_home: Path, setting
 
     deployments.deploy(settings, "fraud", "1", reason="first")
     deployments.deploy(settings, "fraud", "2", canary=10, reason="try v2")
-    deployments.promote(settings, "fraud", reason="looks good")
+    deployments.promote(settings, "fraud", reason="looks good", force=True)
     first = warehouse.sync(settings, history=feed)
     assert first.deployments_loaded == 3
     assert _mirror(settings) == [
         ("fraud", 1, "deploy", "1", None, 0.0, None, "first"),
         ("fraud", 2, "canary", "1", "2", 10.0, None, "try v2"),
-        ("fraud", 3, "promote", "2", None, 0.0, "1", "looks good"),
+        ("fraud", 3, "promote --force", "2", None, 0.0, "1", "looks good"),
     ]
     assert warehouse.sync(settings, history=feed).deployments_loaded == 0  # idempotent
     assert len(_mirror(settings)) == 3

@@ -1,4 +1,4 @@
-"""``mlpipe deploy | promote | rollback | status | history``: the deployment loop."""
+"""``mlpipe deploy | promote | rollback | undeploy | status | history``: the deployment loop."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mlpipe_cli.state import state
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
-    from mlpipe.deployments import Deployment
+    from mlpipe.deployments import Deployment, DeploymentStatus
 
 _REASON = typer.Option(None, "--reason", help="Why; recorded in the history.")
 _EXPECT = typer.Option(
@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         ("deploy", deploy),
         ("promote", promote),
         ("rollback", rollback),
+        ("undeploy", undeploy),
         ("status", status),
         ("history", history),
     ]
@@ -57,7 +58,9 @@ def deploy(
 
 def promote(
     name: str = typer.Argument(...),
-    force: bool = typer.Option(False, "--force", help="Promote despite a failed analysis."),
+    force: bool = typer.Option(
+        False, "--force", help="Promote without a passing canary analysis (recorded)."
+    ),
     reason: str | None = _REASON,
     expect_generation: int | None = _EXPECT,
 ) -> None:
@@ -84,6 +87,20 @@ def rollback(
     render_deployment(record)
 
 
+def undeploy(
+    name: str = typer.Argument(...),
+    reason: str | None = _REASON,
+    expect_generation: int | None = _EXPECT,
+) -> None:
+    """Take the model out of service (servers stop routing it); `rollback` brings it back."""
+    from mlpipe import deployments
+
+    record = deployments.undeploy(
+        state.settings(), name, reason=reason, expected_generation=expect_generation
+    )
+    render_deployment(record)
+
+
 def status(
     name: str = typer.Argument(...),
     window: str = typer.Option("1h", "--window", help="Figures over this window (e.g. 1h, 24h)."),
@@ -95,17 +112,58 @@ def status(
     from mlpipe import deployments
 
     settings = state.settings()
-    record = deployments.status(settings, name)
+    report = deployments.status_report(settings, name)
+    record = report.record
     figures, note = _figures(settings, name, window)
     if json_out:
-        console.print_json({**asdict(record), "figures": [asdict(f) for f in figures]})
+        console.print_json(
+            {**asdict(record), **_status_extras(report), "figures": [asdict(f) for f in figures]}
+        )
         return
     render_deployment(record)
     rows = [[f.arm, f.version, f.requests, f.errors, _ms(f.p50_ms), _ms(f.p99_ms)] for f in figures]
     title = f"last {window} (as of the last `mlpipe warehouse sync`)"
     console.show(console.table(title, ["arm", "version", "requests", "errors", "p50", "p99"], rows))
-    if note:
-        console.status(note)
+    for line in [*_status_lines(report), note]:
+        if line:
+            console.status(line)
+
+
+def _status_extras(report: DeploymentStatus) -> dict[str, Any]:
+    rollout = report.rollout
+    return {
+        "rollout": None
+        if rollout is None
+        else {
+            "state": rollout.state,
+            "version": rollout.lease.version,
+            "weight": rollout.lease.weight,
+            "pid": rollout.lease.pid,
+            "host": rollout.lease.host,
+            "heartbeat_at": rollout.lease.heartbeat_at.isoformat(),
+        },
+        "aliases_healed": [
+            {"alias": d.alias, "was": d.mlflow, "now": d.record} for d in report.aliases_healed
+        ],
+        "aliases_error": report.aliases_error,
+    }
+
+
+def _status_lines(report: DeploymentStatus) -> list[str]:
+    lines = []
+    if report.rollout is not None:
+        model = report.record.model
+        way_out = (
+            f"; end it with `mlpipe rollout {model} --resume` or `mlpipe rollback {model}`"
+            if report.rollout.state == "abandoned"
+            else ""
+        )
+        lines.append(f"{report.rollout.describe()}{way_out}")
+    for d in report.aliases_healed:
+        lines.append(f"healed alias drift: @{d.alias} was {d.mlflow}, now {d.record}")
+    if report.aliases_error:
+        lines.append(f"aliases not checked: {report.aliases_error}")
+    return lines
 
 
 def _figures(settings: Settings, name: str, window: str) -> tuple[list[Any], str | None]:

@@ -1,8 +1,9 @@
 """``mlpipe demo``: the whole loop on a fresh embedded stack, narrated through a callback.
 
 The demo builds its own home (``.mlpipe-demo/`` under the project home, wiped
-at the start) with a copy of the feature repository, so it never touches the
-user's stores and can run again and again.
+at the start) with a copy of the fraud feature repository the package carries
+(``feature_repo/`` of the source tree), so it never touches the user's stores,
+runs from an installed wheel in any directory, and can run again and again.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from mlpipe import deployments, features, monitoring, registry, stack
 from mlpipe.config import Settings, load_settings
 from mlpipe.demo._traffic import TrafficResult, fraud_requests, send, wait_for_generation
-from mlpipe.demo._training import train_lightgbm
+from mlpipe.demo._training import WARMUP_DAYS, train_lightgbm, without_warmup
 from mlpipe.demo._transactions import generate
 from mlpipe.serving import ScoringProcess, free_port
 
@@ -38,14 +40,13 @@ Narrate = Callable[[DemoEvent], None]
 
 
 def demo_settings(settings: Settings) -> Settings:
-    """Settings for a fresh demo home beside the project."""
+    """Settings for a fresh demo home beside the project, with the packaged feature repository."""
     home = settings.home / DEMO_DIR
     if home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True)
-    shutil.copytree(
-        settings.feature_repo_path, home / "feature_repo", ignore=shutil.ignore_patterns("data")
-    )
+    template = Path(str(files("mlpipe").joinpath("_bundled", "feature_repo")))
+    shutil.copytree(template, home / "feature_repo", ignore=shutil.ignore_patterns("data"))
     return load_settings(home=home, serving=settings.serving, monitor=settings.monitor)
 
 
@@ -75,7 +76,11 @@ def run(
             f"deploy v{v2} as 20 % canary",
             lambda: deployments.deploy(demo, MODEL, v2, canary=20, reason="demo"),
         ),
-        (f"promote v{v2}", lambda: deployments.promote(demo, MODEL, reason="demo")),
+        (
+            f"promote v{v2}",
+            # the demo shows the loop, not a canary analysis (issue 22): promote is forced
+            lambda: deployments.promote(demo, MODEL, reason="demo", force=True),
+        ),
         ("roll back", lambda: deployments.rollback(demo, MODEL, reason="demo")),
     ]
     if not serve:
@@ -171,7 +176,9 @@ def build_datasets(
     entities = pd.read_parquet(data.transactions)
     out = {}
     for service in ("fraud_v1", "fraud_v2"):
-        frame = features.training_set(settings, service, entities)
+        # a short history (the tests' few days) keeps its later two thirds
+        warmup = min(WARMUP_DAYS, days // 3)
+        frame = without_warmup(features.training_set(settings, service, entities), days=warmup)
         out[service] = features.write_dataset(
             frame, settings.home / "datasets" / f"{service}.parquet"
         )

@@ -59,6 +59,26 @@ class HistoryEntry:
     reason: str | None
 
 
+@dataclass(frozen=True)
+class RolloutLease:
+    """A running rollout's hold on a model: who runs it, and until when it counts as alive.
+
+    The rollout renews ``expires_at`` while it runs and deletes the row when it
+    ends; a row whose expiry passed, or whose owner process is gone, belongs to
+    an abandoned rollout (killed, or its machine lost).
+    """
+
+    model: str
+    version: str
+    weight: float
+    owner: str
+    pid: int
+    host: str
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+
+
 def _check_percent(flag: str, value: float, *, allow_full: bool) -> None:
     upper_ok = value <= 100 if allow_full else value < 100
     if not (0 < value and upper_ok):
@@ -123,3 +143,18 @@ def plan_rollback(current: Deployment) -> tuple[str, Deployment]:
     if current.previous is None:
         raise InvalidInput(f"{current.model} has no previous version to roll back to")
     return "rollback", replace(current, champion=current.previous, previous=None)
+
+
+def plan_undeploy(current: Deployment) -> Deployment:
+    """Out of service: no arm left; the champion becomes previous (``rollback`` brings it back)."""
+    if current.champion is None:
+        raise InvalidInput(f"{current.model} is not deployed; nothing was changed")
+    return replace(
+        current,
+        champion=None,
+        canary=None,
+        canary_weight=0.0,
+        shadow=None,
+        shadow_sample=0.0,
+        previous=current.champion,
+    )

@@ -17,7 +17,8 @@ from typing import Any, Literal
 from mlpipe import monitoring
 from mlpipe.config import Settings
 from mlpipe.deployments._feed import history_feed
-from mlpipe.deployments._operations import deploy, promote, rollback, status
+from mlpipe.deployments._lease import LeaseHold, hold_lease, sigterm_as_interrupt
+from mlpipe.deployments._operations import current, deploy, promote, rollback, status
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.windows import parse_duration
 
@@ -71,36 +72,68 @@ def rollout(
     max_waits: int = 3,
     sleep: Callable[[float], None] = time.sleep,
     on_step: OnStep | None = None,
+    resume: bool = False,
 ) -> RolloutResult:
     """Walk the canary through ``steps`` (percent); promote at 100, roll back on a failed analysis.
 
-    ``version`` defaults to the running canary. Raises :class:`InvalidInput` when
-    there is no canary to roll out, and what deploy/promote/rollback raise. When
-    a step's analysis raises (the warehouse stays locked, say, or the run is
-    interrupted), the canary is rolled back first and the error re-raised.
+    ``version`` defaults to the running canary. The rollout holds a lease on the
+    model while it runs (:mod:`mlpipe.deployments._lease`); ``resume`` takes over
+    the lease of an abandoned rollout and goes on from its canary's weight.
+    Raises :class:`InvalidInput` when there is no canary to roll out,
+    :class:`Conflict` while another rollout holds the model, and what
+    deploy/promote/rollback raise. When anything raises mid-rollout (an
+    analysis error, SIGINT, SIGTERM), the canary is taken out first and the
+    error re-raised.
     """
     wait = parse_duration(interval, "interval").total_seconds()
-    version = version or status(settings, model).canary
-    if not version:
-        raise InvalidInput(
-            f"{model} has no canary: pass --version or `mlpipe deploy --canary` first"
-        )
-    result = RolloutResult(model, version, "rolled_back")
+    if not resume:
+        version = version or status(settings, model).canary
+        if not version:
+            raise InvalidInput(
+                f"{model} has no canary: pass --version or `mlpipe deploy --canary` first"
+            )
+    with hold_lease(settings, model, version, resume=resume) as hold, sigterm_as_interrupt():
+        todo = _remaining(settings, model, hold, steps) if resume else steps
+        result = RolloutResult(model, hold.lease.version, "rolled_back")
+        try:
+            return _walk(
+                settings, result, todo, hold, _Pace(interval, wait, max_waits, sleep), on_step
+            )
+        except BaseException as exc:
+            # Never leave a half-analysed canary taking traffic: take it out, then report.
+            _drop_canary(settings, model, hold.lease.version, f"aborted ({exc!r:.200})")
+            raise
+
+
+@dataclass(frozen=True)
+class _Pace:
+    interval: str
+    wait: float
+    max_waits: int
+    sleep: Callable[[float], None]
+
+
+def _walk(
+    settings: Settings,
+    result: RolloutResult,
+    steps: list[float],
+    hold: LeaseHold,
+    pace: _Pace,
+    on_step: OnStep | None,
+) -> RolloutResult:
+    model, version = result.model, result.version
     for weight in steps:
+        hold.renew(weight)
         if weight >= 100:
-            promote(settings, model, reason="rollout: all steps passed")
+            promote(settings, model, reason="rollout: all steps passed", rollout_owner=hold.owner)
             result.outcome = "promoted"
             _record(result, RolloutStep(weight, "promoted", 0), None, on_step)
             return result
         deploy(settings, model, version, canary=weight, reason=f"rollout step {weight:g}%")
-        try:
-            verdict, attempt, analysis = _analyse_step(
-                settings, model, interval, wait, max_waits, sleep
-            )
-        except BaseException as exc:
-            # Never leave a half-analysed canary taking traffic: take it out, then report.
-            rollback(settings, model, reason=f"rollout step {weight:g}%: aborted ({exc!r:.200})")
-            raise
+        verdict, attempt, analysis = _analyse_step(
+            settings, model, pace.interval, pace.wait, pace.max_waits, pace.sleep
+        )
+        hold.renew()
         detail = analysis.report_path if analysis and analysis.report_path else ""
         step = RolloutStep(weight, verdict, attempt, detail or "no logged predictions yet")
         _record(result, step, analysis, on_step)
@@ -110,6 +143,25 @@ def rollout(
             return result
     result.outcome = "held"  # steps ended below 100: the canary stays at the last weight
     return result
+
+
+def _remaining(settings: Settings, model: str, hold: LeaseHold, steps: list[float]) -> list[float]:
+    """The steps a resumed rollout still has to walk: from its canary's current weight on."""
+    record = status(settings, model)
+    if record.canary != hold.lease.version:
+        raise InvalidInput(
+            f"the canary of {model} is no longer v{hold.lease.version}: nothing to resume "
+            "(the abandoned rollout's lease is released)"
+        )
+    return [w for w in steps if w >= record.canary_weight] or [max(steps)]
+
+
+def _drop_canary(settings: Settings, model: str, version: str, why: str) -> None:
+    """Roll the canary back if it is still ``version`` (another command may have moved it)."""
+    record = current(settings, model)
+    if record is not None and record.canary == version:
+        weight = f"{record.canary_weight:g}%"
+        rollback(settings, model, reason=f"rollout step {weight}: {why}")
 
 
 def _record(

@@ -22,13 +22,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    delete,
     insert,
     select,
     update,
 )
 from sqlalchemy.exc import IntegrityError as SqlIntegrityError
 
-from mlpipe.deployments._record import Deployment, HistoryEntry
+from mlpipe.deployments._record import Deployment, HistoryEntry, RolloutLease
 from mlpipe.engines import create_tables, transaction
 from mlpipe.errors import Conflict
 
@@ -65,6 +66,21 @@ history = Table(
     *(make() for make in _STATE_COLUMNS),
 )
 
+# One row per model while a rollout runs: who runs it and until when it counts as alive.
+rollout_leases = Table(
+    "rollout_leases",
+    metadata,
+    Column("model", String(255), primary_key=True),
+    Column("version", String(64), nullable=False),
+    Column("weight", Float, nullable=False, default=0.0),
+    Column("owner", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+)
+
 _RECORD_FIELDS = ("champion", "canary", "canary_weight", "shadow", "shadow_sample", "previous")
 
 
@@ -81,9 +97,16 @@ class ControlPlane:
         return _to_deployment(row._mapping) if row else None
 
     def generations(self) -> dict[str, int]:
-        """Model → current generation, in one cheap query (what servers poll)."""
+        """Model → current generation of every model in service, in one cheap query.
+
+        This is what servers poll: an undeployed model (no champion) is left out,
+        so a server stops serving it.
+        """
+        query = select(deployments.c.model, deployments.c.generation).where(
+            deployments.c.champion.is_not(None)
+        )
         with transaction(self.url) as conn:
-            rows = conn.execute(select(deployments.c.model, deployments.c.generation)).all()
+            rows = conn.execute(query).all()
         return {str(model): int(generation) for model, generation in rows}
 
     def models(self) -> list[Deployment]:
@@ -145,6 +168,74 @@ class ControlPlane:
                 )
             )
         return stored
+
+    def lease(self, model: str) -> RolloutLease | None:
+        """The rollout lease on ``model``, live or abandoned, or None."""
+        with transaction(self.url) as conn:
+            row = conn.execute(
+                select(rollout_leases).where(rollout_leases.c.model == model)
+            ).first()
+        return _to_lease(row._mapping) if row else None
+
+    def take_lease(self, lease: RolloutLease, *, replacing: str | None = None) -> bool:
+        """Store ``lease``: a new row, or in place of the lease ``replacing`` names as owner.
+
+        False when another owner holds the row (or the replaced one is gone).
+        """
+        values = {k: getattr(lease, k) for k in _LEASE_FIELDS if k != "model"}
+        with transaction(self.url) as conn:
+            if replacing is None:
+                try:
+                    conn.execute(insert(rollout_leases).values(model=lease.model, **values))
+                except SqlIntegrityError:
+                    return False
+                return True
+            result = conn.execute(
+                update(rollout_leases)
+                .where(rollout_leases.c.model == lease.model)
+                .where(rollout_leases.c.owner == replacing)
+                .values(**values)
+            )
+            return bool(result.rowcount == 1)
+
+    def renew_lease(self, model: str, owner: str, *, expires_at: datetime, weight: float) -> bool:
+        """Move the lease's heartbeat and expiry; False when ``owner`` no longer holds it."""
+        with transaction(self.url) as conn:
+            result = conn.execute(
+                update(rollout_leases)
+                .where(rollout_leases.c.model == model)
+                .where(rollout_leases.c.owner == owner)
+                .values(heartbeat_at=datetime.now(UTC), expires_at=expires_at, weight=weight)
+            )
+        return bool(result.rowcount == 1)
+
+    def drop_lease(self, model: str, owner: str | None = None) -> bool:
+        """Delete the lease on ``model`` (only ``owner``'s, when given); whether one was deleted."""
+        query = delete(rollout_leases).where(rollout_leases.c.model == model)
+        if owner is not None:
+            query = query.where(rollout_leases.c.owner == owner)
+        with transaction(self.url) as conn:
+            return bool(conn.execute(query).rowcount)
+
+
+_LEASE_FIELDS = (
+    "model",
+    "version",
+    "weight",
+    "owner",
+    "pid",
+    "host",
+    "started_at",
+    "heartbeat_at",
+    "expires_at",
+)
+
+
+def _to_lease(row: RowMapping) -> RolloutLease:
+    data = {k: row[k] for k in _LEASE_FIELDS}
+    for key in ("started_at", "heartbeat_at", "expires_at"):
+        data[key] = _as_utc(data[key])
+    return RolloutLease(**data)
 
 
 def _conflict(model: str, read_generation: int) -> Conflict:

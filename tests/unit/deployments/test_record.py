@@ -2,7 +2,7 @@
 
 import pytest
 
-from mlpipe.deployments import Deployment, plan_deploy, plan_promote, plan_rollback
+from mlpipe.deployments import Deployment, plan_deploy, plan_promote, plan_rollback, plan_undeploy
 from mlpipe.errors import InvalidInput
 
 LIVE = Deployment(model="fraud", generation=1, champion="1")
@@ -58,3 +58,23 @@ def test_promote_without_canary_and_rollback_without_previous() -> None:
         plan_promote(LIVE)
     with pytest.raises(InvalidInput, match="fraud has no previous version to roll back to"):
         plan_rollback(LIVE)
+
+
+def test_undeploy_clears_every_arm_and_keeps_the_champion_as_previous() -> None:
+    record = Deployment(
+        model="fraud",
+        generation=4,
+        champion="1",
+        canary="2",
+        canary_weight=10.0,
+        shadow="3",
+        shadow_sample=5.0,
+        previous="0",
+    )
+    out = plan_undeploy(record)
+    assert (out.champion, out.canary, out.shadow, out.previous) == (None, None, None, "1")
+    assert (out.canary_weight, out.shadow_sample, out.arms()) == (0.0, 0.0, {})
+    with pytest.raises(InvalidInput, match="^fraud is not deployed; nothing was changed$"):
+        plan_undeploy(out)
+    action, back = plan_rollback(out)
+    assert (action, back.champion, back.previous) == ("rollback", "1", None)

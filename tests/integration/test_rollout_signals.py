@@ -1,0 +1,92 @@
+"""A real ``mlpipe rollout`` process stopped by SIGTERM or SIGKILL never leaves its canary unowned.
+
+``fraud`` v1 is the champion and v2 rolls out with a 10-minute interval: the
+process sets the 5 % canary, takes the rollout lease and waits. SIGTERM is
+handled as SIGINT: the canary is rolled back and the process exits as for
+Ctrl-C (130). SIGKILL leaves the lease behind: ``status`` says the rollout was
+abandoned, ``promote`` (even ``--force``) refuses in one line naming the way
+out, and ``rollback`` ends it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mlpipe import deployments
+from mlpipe.config import load_settings
+from tests.conftest import MLPIPE, run_cli
+
+pytestmark = pytest.mark.integration
+START_TIMEOUT_S = 120.0
+
+
+def _start_rollout(home: Path) -> subprocess.Popen[str]:
+    settings = load_settings()
+    deployments.deploy(settings, "fraud", "1", reason="first")
+    argv = [MLPIPE, "rollout", "fraud", "--version", "2", "--steps", "5,100", "--interval", "10m"]
+    proc = subprocess.Popen(
+        argv,
+        cwd=home,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while deployments.rollout_state(settings, "fraud") is None or (
+        deployments.status(settings, "fraud").canary != "2"
+    ):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the rollout did not start"
+        time.sleep(0.1)
+    return proc
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_rolls_the_canary_back_as_sigint_does(registered_home: Path, signum: int) -> None:
+    settings = load_settings()
+    proc = _start_rollout(registered_home)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    record = deployments.status(settings, "fraud")
+    assert (record.champion, record.canary) == ("1", None)
+    (entry,) = deployments.history(settings, "fraud", limit=1)
+    assert entry.action == "rollback-canary"
+    interrupt = (
+        "KeyboardInterrupt('signal 15')" if signum == signal.SIGTERM else "KeyboardInterrupt()"
+    )
+    assert entry.reason == f"rollout step 5%: aborted ({interrupt})"
+    assert deployments.rollout_state(settings, "fraud") is None
+
+
+def test_sigkill_leaves_an_abandoned_rollout_that_promote_refuses(registered_home: Path) -> None:
+    settings = load_settings()
+    proc = _start_rollout(registered_home)
+    proc.kill()
+    proc.communicate(timeout=60)  # reaped: its pid is gone from this host
+    found = deployments.rollout_state(settings, "fraud")
+    assert found is not None and found.state == "abandoned"
+    status = run_cli("status", "fraud", cwd=registered_home)
+    assert status.returncode == 0, status.stderr
+    assert f"rollout of fraud v2 at 5% abandoned (pid {proc.pid} on " in status.stderr
+    way_out = "end it with `mlpipe rollout fraud --resume` or `mlpipe rollback fraud`"
+    assert way_out in status.stderr
+    before = deployments.status(settings, "fraud")
+    refused = run_cli("promote", "fraud", "--force", cwd=registered_home)
+    assert refused.returncode == 1 and refused.stdout == ""
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: the rollout of fraud v2 at 5% abandoned") and way_out in line
+    assert deployments.status(settings, "fraud") == before
+    rolled = run_cli("rollback", "fraud", cwd=registered_home)
+    assert rolled.returncode == 0, rolled.stderr
+    record = deployments.status(settings, "fraud")
+    assert (record.champion, record.canary) == ("1", None)
+    assert deployments.rollout_state(settings, "fraud") is None
