@@ -7,9 +7,11 @@ A user error prints one red line; ``--debug`` adds the traceback.
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
-from typer._click.exceptions import ClickException  # typer 0.29 vendors click
+from typer._click import ClickException, Command, Context  # typer 0.29 vendors click
+from typer.core import TyperOption
 
 from mlpipe_cli import console
 from mlpipe_cli.commands import (
@@ -20,6 +22,7 @@ from mlpipe_cli.commands import (
     monitor,
     project,
     serve,
+    shadow,
     tenants,
     warehouse,
 )
@@ -41,6 +44,8 @@ def _global(
 ) -> None:
     state.debug = debug
     state.profile = profile
+    if debug and not sys.warnoptions:
+        warnings.simplefilter("default")  # --debug shows the library warnings too
 
 
 project.register(app)
@@ -50,6 +55,7 @@ features.register(app)
 serve.register(app)
 warehouse.register(app)
 monitor.register(app)
+shadow.register(app)
 tenants.register(app)
 export.register(app)
 
@@ -58,8 +64,9 @@ def run() -> None:
     """Console-script entry: run the app and map errors to exit codes in one place."""
     from mlpipe.errors import MlpipeError
 
+    _quiet_libraries()
     try:
-        rv = app(standalone_mode=False)
+        rv = _command()(standalone_mode=False)
     except MlpipeError as exc:
         _fail(exc, exc.exit_code)
     except typer.Abort:
@@ -71,6 +78,31 @@ def run() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _quiet_libraries() -> None:
+    """Library warnings (scikit-learn's feature names, Evidently's and litestar's
+    deprecations) speak to mlpipe's developers, not to the person running a command:
+    ignored unless ``--debug`` or ``python -W`` / ``PYTHONWARNINGS`` asks for them."""
+    if not sys.warnoptions:
+        warnings.simplefilter("ignore")
+
+
+def _command() -> Command:
+    """The app as a click command whose --help lists flags without Typer's ``<bool>``."""
+    command = typer.main.get_command(app)
+    _plain_flags(command)
+    return command
+
+
+def _plain_flags(command: Command) -> None:
+    """A flag takes no value, so its help shows none (an empty metavar hides the type)."""
+    help_option = command.get_help_option(Context(command))
+    for param in [*command.params, *([help_option] if help_option else [])]:
+        if isinstance(param, TyperOption) and param.is_flag:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _plain_flags(sub)
 
 
 def _fail(exc: BaseException, code: int) -> None:

@@ -148,7 +148,7 @@ def test_cli_drift_exit_codes_json_and_window_reference(settings, capsys):
     code, out, err = _cli(
         ["monitor", "drift", "fraud", "--window", "24h", "--reference", "window:3d"], capsys
     )
-    assert code == 0 and "verdict: ok" in err and "column" in out
+    assert code == 0 and "verdict: ok" in out and "column" in out  # the verdict beside the table
 
 
 @pytest.mark.parametrize(
@@ -209,6 +209,7 @@ def test_awkward_data_never_crashes(settings):
             }
         )
         ref["label"] = (ref["c"] > 0).astype(int)
+        ref["score"] = 1 / (1 + np.exp(-ref["c"]))  # the version's own scores on its reference
         verdict = monitoring.drift(settings, "fraud", "24h", reference_frame=ref)
         (arm,) = verdict.arms
         reasons = {s.column: s.reason for s in arm.skipped}
@@ -219,7 +220,7 @@ def test_awkward_data_never_crashes(settings):
             and "not in the logged" in reasons["only_in_reference"]
         )
         assert any("±inf" in note for note in arm.notes)
-        assert {c.column for c in arm.columns} == {"a", "c", "infs", "prediction"}
+        assert {c.column for c in arm.columns} == {"a", "c", "infs", "prediction", "positive_rate"}
         assert verdict.verdict in ("ok", "drift")
     # a window with no rows at all: a verdict, not a crash
     empty = monitoring.drift(
@@ -322,6 +323,36 @@ def test_alert_webhook_posts_the_verdict(settings, capsys):
         server.shutdown()
 
 
+def test_webhook_urls_are_printed_redacted(settings, capsys):
+    server = HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = "T0000/B0000/XXXXsecretXXXX"
+    try:
+        _traffic(settings, 200, 1)
+        url = f"http://user:pw@127.0.0.1:{server.server_port}/services/{secret}?token=abc"
+        code, out, err = _cli(
+            ["monitor", "drift", "fraud", "--reference", "window:3d", "--alert-webhook", url],
+            capsys,
+        )
+        assert code in (0, 1), err
+        assert f"alert sent to http://127.0.0.1:{server.server_port}/…" in err
+        code, out, err = _cli(
+            ["monitor", "drift", "fraud", "--reference", "window:3d"]
+            + ["--alert-webhook", f"http://127.0.0.1:1/{secret}"],
+            capsys,
+        )
+        assert code == 3 and "alert to http://127.0.0.1:1/… not delivered" in err
+        for text in (out, err):
+            assert secret not in text and "token=abc" not in text and "pw@" not in text
+    finally:
+        server.shutdown()
+    assert monitoring.redact_url("https://hooks.slack.com/services/T/B/x") == (
+        "https://hooks.slack.com/…"
+    )
+    assert monitoring.redact_url("https://example.com") == "https://example.com"
+    assert monitoring.redact_url("not a url") == "<unparseable URL>"
+
+
 def _labels(settings, records, accuracy: float, seed: int, path: Path) -> Path:
     rng = np.random.default_rng(seed)
     rows = [(r.request_id, r.label if rng.random() < accuracy else 1 - r.label) for r in records]
@@ -340,8 +371,8 @@ def test_canary_with_labels(settings, tmp_path, canary_accuracy, expected):
     )
     analysis = monitoring.analyze(settings, "fraud", "24h")
     assert analysis.verdict == expected
-    accuracy = next(c for c in analysis.checks if c.name == "accuracy")
-    assert accuracy.passed is (expected == "pass")
+    auc = next(c for c in analysis.checks if c.name == "auc")  # accuracy is no check (issue 22)
+    assert auc.passed is (expected == "pass")
     assert monitoring.latest_canary_verdict(settings, "fraud", "2") == expected
 
 

@@ -36,6 +36,11 @@ def _traffic(settings, n: int, seed: int, amount_factor: float = 1.0, frame=None
         label = ((amount / 60 + rng.normal(0, 1, n)) > 1.5).astype(int)
     else:
         amount, count, label = (frame[c].to_numpy() for c in ("amount", "txn_count_7d", "label"))
+    # Served as fraud v1 serves: its own scores and labels at its threshold.
+    model = registry.load_verified(settings, "fraud", "1")
+    inputs = {"amount": np.asarray(amount, float), "txn_count_7d": np.asarray(count, float)}
+    scores = model.predict_scores(np.column_stack([inputs[f] for f in model.features]))
+    label = (scores >= model.threshold).astype(int)
     now = time.time() - 60
     records = [
         PredictionRecord(
@@ -49,7 +54,7 @@ def _traffic(settings, n: int, seed: int, amount_factor: float = 1.0, frame=None
             entity_key=f"customer_id={i}",
             entity={"customer_id": i},
             features={"amount": float(amount[i]), "txn_count_7d": float(count[i])},
-            score=float(label[i]) * 0.8 + 0.1,
+            score=float(scores[i]),
             label=int(label[i]),
             latency_ms=3.0,
         )
@@ -83,7 +88,8 @@ def test_unshifted_traffic_matches_the_training_reference(registered_home: Path,
     assert verdict.reference == "training reference"
     (arm,) = verdict.arms
     assert arm.reference_rows == 600 and arm.rows == 400
-    assert {c.column for c in arm.columns} == {"amount", "txn_count_7d", "prediction"}
+    tested = {c.column for c in arm.columns}
+    assert tested == {"amount", "txn_count_7d", "prediction", "positive_rate"}
     assert arm.drifted_features == [] and verdict.verdict == "ok" and verdict.exit_code == 0
 
 
@@ -102,8 +108,9 @@ def test_shifted_amount_drifts_and_the_html_report_renders(
     printed = json.loads(out)
     (arm,) = printed["arms"]
     assert printed["verdict"] == "drift" and arm["verdict"] == "drift"
-    drifted = {c["column"] for c in arm["columns"] if c["drifted"]}
+    drifted = {c["column"] for c in arm["columns"] if c["drifted"]} - {"positive_rate"}
     assert drifted == {"amount", "prediction"}  # txn_count_7d did not move
+    assert any(a.startswith("amount:") for a in arm["alarms"])
 
     # The JSON next to the HTML says what the CLI printed, column by column and overall.
     report = json.loads(Path(arm["json"]).read_text())

@@ -1,7 +1,9 @@
 """``mlpipe monitor drift|skew``, ``mlpipe canary analyze`` and ``mlpipe rollout``.
 
 Verdicts set the exit code after the summary is printed: 0 ok / pass, 1 drift /
-skew / fail / insufficient / rolled back; an undelivered ``--alert-webhook`` exits 3.
+quality / skew / fail / insufficient canary / rolled back; an undelivered
+``--alert-webhook`` exits 3. Tables and verdict lines go to stdout (so ``> file``
+keeps both), progress and errors to stderr; webhook URLs are printed redacted.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ def _finish(
         from mlpipe.monitoring import post_verdict, verdict_payload
 
         sent = post_verdict(url, verdict_payload(kind, model, verdict, details))
-        if not sent.delivered:
-            console.error(f"alert to {url} not delivered: {sent.error or sent.status}")
+        if not sent.delivered:  # sent.url is redacted: cron logs must not hold the secret path
+            console.error(f"alert to {sent.url} not delivered: {sent.error or sent.status}")
             raise typer.Exit(3)
-        console.status(f"alert sent to {url} ({sent.status})")
+        console.status(f"alert sent to {sent.url} ({sent.status})")
     if code:
         raise typer.Exit(code)
 
@@ -59,52 +61,82 @@ def drift(
     reference: str = typer.Option(
         "training", "--reference", help="training | window:7d | window:ISO..ISO"
     ),
+    false_alarm_rate: float = typer.Option(
+        0.01,
+        "--false-alarm-rate",
+        help="Share of clean reports allowed to alarm; sets each column's threshold.",
+    ),
     as_json: bool = _JSON,
     alert_webhook: str | None = _WEBHOOK,
 ) -> None:
-    """Evidently drift report: exit 0 no drift, 1 drift, 2 error."""
+    """Drift, prediction drift and quality: exit 0 ok / insufficient / no data, 1 drift or
+    quality, 2 error."""
     from mlpipe import deployments, monitoring
 
     settings = state.settings()
     feed = deployments.history_feed(settings)
     result = monitoring.drift(
-        settings, name, window, arm=arm, reference=reference, notify=console.status, history=feed
+        settings,
+        name,
+        window,
+        arm=arm,
+        reference=reference,
+        notify=console.status,
+        history=feed,
+        false_alarm_rate=false_alarm_rate,
     )
     data = result.to_dict()
     if as_json:
         console.print_json(data)
     else:
         for a in result.arms:
-            rows = [
-                [
-                    c.column,
-                    c.kind,
-                    c.method,
-                    _fmt(c.score),
-                    _fmt(c.threshold),
-                    "yes" if c.drifted else "no",
-                ]
-                for c in a.columns
-            ]
-            title = (
-                f"{name} {a.arm} v{a.version}: {a.verdict} — {a.rows_tested} of {a.rows} "
-                f"request(s), reference {a.reference_rows} row(s)"
-            )
-            console.show(
-                console.table(
-                    title, ["column", "kind", "method", "score", "threshold", "drifted"], rows
-                )
-            )
-            _skipped_and_notes(a.skipped, a.notes)
-            if a.quality:
-                console.status(
-                    "quality: " + ", ".join(f"{k}={_fmt(v)}" for k, v in a.quality.items())
-                )
-        console.status(
+            _drift_arm(name, a)
+        cal = result.calibration
+        console.show(
+            f"thresholds: calibrated per column for {cal['false_alarm_rate']:.0%} false alarms "
+            f"per report on clean windows of the same effective size ({cal['correction']}; "
+            f"{cal['resamples']} windows resampled from the reference); alarm when significant "
+            f"and effect >= {cal['min_effect']:g}; fewer than {cal['min_effective_size']} "
+            "distinct entities: insufficient"
+        )
+        console.show(
             f"verdict: {result.verdict} ({result.reference}, drift share threshold "
             f"{result.drift_share_threshold}); reports in {result.report_dir}"
         )
     _finish("drift", name, result.verdict, result.exit_code, data, alert_webhook)
+
+
+def _drift_arm(name: str, a: Any) -> None:
+    """One arm's table, then its alarms, quality and notes: all on stdout with the table."""
+    rows = [
+        [
+            c.column,
+            c.kind,
+            c.method,
+            _fmt(c.score),
+            _fmt(c.threshold),
+            _fmt(c.effective_size),
+            c.status if c.severity is None else f"{c.status} ({c.severity})",
+            c.detail,
+        ]
+        for c in a.columns
+    ]
+    entities = "" if a.entities is None else f" from {a.entities} entities"
+    title = (
+        f"{name} {a.arm} v{a.version}: {a.verdict} — {a.rows_tested} of {a.rows} "
+        f"request(s){entities}, reference {a.reference_rows} row(s)"
+    )
+    columns = ["column", "kind", "method", "score", "threshold", "n eff", "result", "detail"]
+    console.show(console.table(title, columns, rows))
+    for alarm in a.alarms:
+        console.show(f"alarm {a.arm}: {alarm}")
+    if a.quality:
+        figures = ("auc", "recall", "precision", "log_loss", "labelled_rows", "status")
+        shown = ", ".join(f"{k}={_fmt(a.quality.get(k))}" for k in figures if k in a.quality)
+        console.show(f"quality {a.arm}: {shown}; {a.quality.get('label_lag', '')}")
+        if a.quality.get("note"):
+            console.show(f"quality {a.arm}: {a.quality['note']}")
+    _skipped_and_notes(a.skipped, a.notes)
 
 
 def _skipped_and_notes(skipped: Sequence[Any], notes: Sequence[str]) -> None:
@@ -165,7 +197,7 @@ def skew(
                     f"served {_fmt(e.served)}, offline {_fmt(e.offline)}"
                 )
         _skipped_and_notes(result.skipped, result.notes)
-        console.status(
+        console.show(
             f"verdict: {result.verdict} (relative tolerance {result.rel_tolerance:g}, "
             f"max mismatch rate {result.max_mismatch_rate:g}); recorded in {result.report_path}"
         )
@@ -175,15 +207,20 @@ def skew(
 def analyze(
     name: str = typer.Argument(..., help="Registered model name."),
     window: str = typer.Option("1h", "--window", help="How far back from now, e.g. 30m, 1h."),
+    version: str | None = typer.Option(
+        None, "--version", help="Canary version to analyse (default: the newest on the arm)."
+    ),
     as_json: bool = _JSON,
     alert_webhook: str | None = _WEBHOOK,
 ) -> None:
-    """Canary vs champion: exit 0 pass, 1 fail or insufficient data, 2 error."""
+    """Canary version vs champion on the same rows: exit 0 pass, 1 fail or insufficient, 2 error."""
     from mlpipe import deployments, monitoring
 
     settings = state.settings()
     feed = deployments.history_feed(settings)
-    result = monitoring.analyze(settings, name, window, notify=console.status, history=feed)
+    result = monitoring.analyze(
+        settings, name, window, notify=console.status, history=feed, version=version
+    )
     data = result.to_dict()
     if as_json:
         console.print_json(data)
@@ -208,7 +245,13 @@ def analyze(
                 title, ["check", "champion", "canary", "threshold", "result", "detail"], rows
             )
         )
-        console.status(f"verdict: {result.verdict}; recorded in {result.report_path}")
+        for note in result.notes:
+            console.show(f"note: {note}")
+        paired = "both versions on the same rows" if result.paired else "arms' own rows"
+        console.show(
+            f"verdict: {result.verdict} ({paired}); recorded in {result.report_path} "
+            f"and {result.html_path}"
+        )
     _finish("canary", name, result.verdict, result.exit_code, data, alert_webhook)
 
 
@@ -221,6 +264,9 @@ def rollout(
     ),
     max_waits: int = typer.Option(
         3, "--max-waits", min=1, help="Intervals to wait for enough data."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Take over an abandoned rollout and go on from its weight."
     ),
     as_json: bool = _JSON,
     alert_webhook: str | None = _WEBHOOK,
@@ -240,6 +286,7 @@ def rollout(
         version=version,
         max_waits=max_waits,
         on_step=on_step,
+        resume=resume,
     )
     data = result.to_dict()
     if as_json:

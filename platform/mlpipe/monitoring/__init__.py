@@ -6,7 +6,15 @@ verdicts with exit codes, and indexes every report in the warehouse. Rolling a
 canary out on these verdicts is a deployment operation (:func:`mlpipe.deployments.rollout`).
 """
 
-from mlpipe.monitoring._alert import AlertResult, post_verdict, verdict_payload
+from mlpipe.monitoring._alert import AlertResult, post_verdict, redact_url, verdict_payload
+from mlpipe.monitoring._calibration import (
+    FALSE_ALARM_RATE,
+    MIN_EFFECT,
+    NullCache,
+    calibrate,
+    size_bucket,
+)
+from mlpipe.monitoring._calibration import distance as drift_distance
 from mlpipe.monitoring._canary import (
     CanaryAnalysis,
     CanaryCheck,
@@ -15,11 +23,15 @@ from mlpipe.monitoring._canary import (
     latest_canary_verdict,
 )
 from mlpipe.monitoring._drift import ArmDrift, ColumnDrift, DriftOutcome, DriftVerdict, drift
-from mlpipe.monitoring._screen import SkippedColumn
+from mlpipe.monitoring._screen import SkippedColumn, screen
+from mlpipe.monitoring._shadow import Disagreement, ShadowAnalysis, analyze_shadow
 from mlpipe.monitoring._skew import FeatureSkew, SkewExample, SkewOutcome, SkewVerdict, skew
 from mlpipe.windows import Window, parse_duration, parse_reference, window_ending
 
 __all__ = [
+    "FALSE_ALARM_RATE",
+    "MIN_EFFECT",
+    "NullCache",
     "AlertResult",
     "ArmDrift",
     "CanaryAnalysis",
@@ -27,19 +39,27 @@ __all__ = [
     "CanaryOutcome",
     "ColumnDrift",
     "DriftOutcome",
+    "Disagreement",
     "DriftVerdict",
     "FeatureSkew",
+    "ShadowAnalysis",
     "SkewExample",
     "SkewOutcome",
     "SkewVerdict",
     "SkippedColumn",
     "Window",
     "analyze",
+    "analyze_shadow",
+    "calibrate",
     "drift",
+    "drift_distance",
     "latest_canary_verdict",
     "parse_duration",
     "parse_reference",
     "post_verdict",
+    "redact_url",
+    "screen",
+    "size_bucket",
     "skew",
     "verdict_payload",
     "window_ending",

@@ -15,34 +15,76 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mlpipe import registry, warehouse
 from mlpipe.config import Settings
-from mlpipe.errors import InvalidInput
-from mlpipe.monitoring._evidently import classification_quality, drift_tests
+from mlpipe.errors import InvalidInput, MlpipeError
+from mlpipe.monitoring._calibration import (
+    CAT_METHOD,
+    FALSE_ALARM_RATE,
+    MIN_EFFECT,
+    MIN_EFFECTIVE_SIZE,
+    NUM_METHOD,
+    RESAMPLES,
+    NullCache,
+    Plan,
+    calibrate,
+    effective_size,
+    severity,
+)
+from mlpipe.monitoring._evidently import ColumnResult, classification_quality, drift_tests
+from mlpipe.monitoring._quality import (
+    positive_rate_test,
+    quality,
+    reference_scores,
+    registered_metrics,
+)
 from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
-from mlpipe.monitoring._screen import SkippedColumn, screen
+from mlpipe.monitoring._screen import Screened, SkippedColumn, screen
 from mlpipe.windows import ReferenceSpec, Window, parse_reference, window_ending
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 PREDICTION = "prediction"
 ARMS = ("champion", "canary", "shadow")
-DriftOutcome = Literal["ok", "drift", "no_data"]  # no_data: nothing in the window to test
-EXIT_CODES: dict[DriftOutcome, int] = {"ok": 0, "no_data": 0, "drift": 1}
+# no_data: nothing in the window to test; insufficient: too few distinct entities to test any
+# column; quality: labelled requests show the version doing worse than it was registered with.
+DriftOutcome = Literal["ok", "drift", "quality", "insufficient", "no_data"]
+EXIT_CODES: dict[DriftOutcome, int] = {
+    "ok": 0,
+    "no_data": 0,
+    "insufficient": 0,
+    "drift": 1,
+    "quality": 1,
+}
+_PRECEDENCE: tuple[DriftOutcome, ...] = ("quality", "drift", "ok", "insufficient", "no_data")
+ColumnStatus = Literal["ok", "drift", "insufficient"]
 
 
 @dataclass(frozen=True)
 class ColumnDrift:
+    """One tested column. ``drifted``: significant *and* at least the stated effect size.
+
+    ``score`` is Evidently's statistic (normed Wasserstein, in reference standard
+    deviations, or Jensen-Shannon distance), which is also the effect size;
+    ``threshold`` is mlpipe's, calibrated for the column's ``effective_size``.
+    """
+
     column: str
     kind: Literal["feature", "prediction"]
     method: str
     score: float
-    threshold: float
+    threshold: float | None
     drifted: bool
+    status: ColumnStatus = "ok"
+    significant: bool = False
+    effective_size: float | None = None
+    severity: str | None = None
+    detail: str = ""
 
 
 @dataclass
 class ArmDrift:
-    """One arm's result. ``verdict``: ok, drift, or no_data (nothing in the window to test)."""
+    """One arm's result; ``verdict`` is one of :data:`DriftOutcome`."""
 
     arm: str
     version: str
@@ -52,7 +94,10 @@ class ArmDrift:
     sampled: bool
     reference_rows: int
     drift_share: float | None
+    entities: int | None = None  # distinct entities among the tested rows
+    per_column_alpha: float | None = None
     columns: list[ColumnDrift] = field(default_factory=list)
+    alarms: list[str] = field(default_factory=list)
     skipped: list[SkippedColumn] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     quality: dict[str, Any] | None = None
@@ -68,6 +113,7 @@ class ArmDrift:
         summary = {
             "drift_share": self.drift_share,
             "drifted": self.drifted_features,
+            "alarms": self.alarms,
             "skipped": [asdict(s) for s in self.skipped],
             "rows": self.rows,
         }
@@ -86,6 +132,7 @@ class DriftVerdict:
     verdict: DriftOutcome
     arms: list[ArmDrift]
     report_dir: str | None
+    calibration: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -99,86 +146,267 @@ class DriftVerdict:
         return data
 
 
-def _training_reference(settings: Settings, model: str, version: str) -> pd.DataFrame:
-    frame = registry.load_reference(settings, model, version)
-    return frame.rename(columns={"label": PREDICTION})
+def calibration_statement(false_alarm_rate: float) -> dict[str, Any]:
+    """How the thresholds were set, for the JSON and the table's footer."""
+    return {
+        "false_alarm_rate": false_alarm_rate,
+        "correction": "Sidak over the tested columns of an arm",
+        "methods": {"numerical": NUM_METHOD, "categorical": CAT_METHOD},
+        "resamples": RESAMPLES,
+        "min_effect": MIN_EFFECT,
+        "min_effective_size": MIN_EFFECTIVE_SIZE,
+        "null": "windows of the column's effective size (rows / entity design effect) "
+        "resampled from the reference; log-normal tail",
+    }
 
 
-def _window_reference(
-    settings: Settings, model: str, window: Window, sample_rows: int
-) -> pd.DataFrame:
+def _null_folder(settings: Settings) -> Path:
+    return settings.state_path / "monitor" / "drift-null"
+
+
+@dataclass(frozen=True)
+class _RefData:
+    """An arm's reference: features (+ ``prediction``: scores) and its positive rate."""
+
+    frame: pd.DataFrame
+    positive_rate: float | None
+    notes: tuple[str, ...] = ()
+
+
+def _training_reference(settings: Settings, model: str, version: str) -> _RefData:
+    frame = registry.load_reference(settings, model, version).drop(columns="label", errors="ignore")
+    try:
+        scores = reference_scores(settings, model, version, frame, _null_folder(settings))
+    except MlpipeError as exc:
+        note = f"prediction drift not tested: the version's reference scores: {exc}"
+        return _RefData(frame, None, (note,))
+    return _RefData(frame.assign(**{PREDICTION: scores.scores}), scores.positive_rate)
+
+
+def _window_reference(settings: Settings, model: str, window: Window, sample_rows: int) -> _RefData:
     ref = warehouse.prediction_window(
         settings, model, window.start, window.end, sample_rows=sample_rows, seed=7
     )
     keep = (ref.rows["arm"] != "shadow").to_numpy()
     frame = ref.features[keep].reset_index(drop=True)
-    frame[PREDICTION] = ref.rows["label"][keep].to_numpy()
-    return frame
+    frame[PREDICTION] = ref.rows["score"][keep].to_numpy()
+    rate = float(ref.rows["label"][keep].mean()) if keep.any() else None
+    return _RefData(frame, rate)
+
+
+def _given_reference(frame: pd.DataFrame) -> _RefData:
+    """A given frame: scores in ``score`` (its ``label`` the predicted labels) if it has them."""
+    if "score" not in frame.columns:
+        note = "prediction drift not tested: the given reference has no score column"
+        return _RefData(frame.drop(columns="label", errors="ignore"), None, (note,))
+    rate = float(frame["label"].mean()) if "label" in frame.columns else None
+    out = frame.drop(columns="label", errors="ignore").rename(columns={"score": PREDICTION})
+    return _RefData(out, rate)
+
+
+@dataclass
+class _Window:
+    """One arm's rows in the window: base columns, features, and the entity of each row."""
+
+    rows: pd.DataFrame
+    features: pd.DataFrame
+    entities: pd.Series | None
+    total: int
+    sampled: bool
+
+    @property
+    def version(self) -> str:
+        return str(self.rows["version"].mode().iloc[0]) if len(self.rows) else "?"
+
+    def clusters(self) -> np.ndarray:
+        import numpy as np
+
+        if self.entities is None:
+            return np.arange(len(self.rows))
+        return self.entities.astype(str).to_numpy()
 
 
 def _arm_result(
     settings: Settings,
+    model: str,
     arm: str,
-    rows: pd.DataFrame,
-    features: pd.DataFrame,
-    total: int,
-    sampled: bool,
-    reference: pd.DataFrame,
+    win: _Window,
+    ref: _RefData,
     out_dir: Path,
+    rate: float,
 ) -> ArmDrift:
-    version = rows["version"].mode().iloc[0] if len(rows) else "?"
-    threshold = settings.monitor.drift_share_threshold
-    min_values = settings.monitor.drift_min_rows
-    result = ArmDrift(arm, str(version), "no_data", total, len(rows), sampled, len(reference), None)
-    if len(rows) < min_values:
+    min_rows = settings.monitor.drift_min_rows
+    result = ArmDrift(
+        arm, win.version, "no_data", win.total, len(win.rows), win.sampled, len(ref.frame), None
+    )
+    result.notes.extend(ref.notes)
+    if len(win.rows) < min_rows:
         result.notes.append(
-            f"{len(rows)} request(s) in the window (< {min_values}): nothing tested"
+            f"{len(win.rows)} request(s) in the window (< {min_rows}): nothing tested"
         )
         return result
-    current = features.reset_index(drop=True).copy()
-    current[PREDICTION] = rows["label"].to_numpy()
-    feature_cols = sorted((set(reference.columns) | set(current.columns)) - {PREDICTION})
-    screened = screen(reference, current, [*feature_cols, PREDICTION], min_values)
+    screened = _screened(win, ref, min_rows)
     result.notes.extend(screened.notes)
-    snapshot, columns, failed = drift_tests(screened, threshold)
+    cache = NullCache(_null_folder(settings), model, result.version, ref.frame)
+    plan = calibrate(screened, win.entities, cache, rate, int(ref.positive_rate is not None))
+    result.entities, result.per_column_alpha = plan.entities, plan.alpha
+    share = settings.monitor.drift_share_threshold
+    snapshot, tested, failed = drift_tests(screened, share, plan.thresholds)
     result.skipped = [*screened.skipped, *failed]
-    for col, (method, score, thr, drifted) in sorted(columns.items()):
+    _add_columns(result, tested, plan)
+    if ref.positive_rate is not None:
+        _add_rate_test(result, win, ref.positive_rate, len(ref.frame), plan)
+    result.quality = _judge_quality(settings, model, result, win)
+    result.verdict = _arm_verdict(result, share)
+    _save_reports(result, snapshot, out_dir)
+    return result
+
+
+def _screened(win: _Window, ref: _RefData, min_rows: int) -> Screened:
+    current = win.features.reset_index(drop=True).copy()
+    current[PREDICTION] = win.rows["score"].to_numpy(dtype=float)
+    columns = sorted((set(ref.frame.columns) | set(current.columns)) - {PREDICTION})
+    if PREDICTION in ref.frame.columns:
+        columns.append(PREDICTION)
+    return screen(ref.frame, current, columns, min_rows)
+
+
+def _add_columns(result: ArmDrift, tested: dict[str, ColumnResult], plan: Plan) -> None:
+    """Evidently's statistic per column, judged against mlpipe's calibrated threshold."""
+    for col, (method, score, _evidently_threshold, _failed) in sorted(tested.items()):
         if score != score:  # NaN: the test gave no score
             result.skipped.append(SkippedColumn(col, f"{method} gave no score"))
             continue
         kind: Literal["feature", "prediction"] = "prediction" if col == PREDICTION else "feature"
-        result.columns.append(ColumnDrift(col, kind, method, score, thr, drifted))
-    result.verdict = _arm_verdict(result, threshold)
-    figures, quality_snapshot = classification_quality(rows)
-    result.quality = figures
-    _save_reports(result, snapshot, quality_snapshot, out_dir)
-    return result
+        size = plan.effective.get(col)
+        threshold = plan.thresholds.get(col)
+        if threshold is None:
+            why = plan.insufficient.get(col, "not calibrated")
+            result.columns.append(
+                ColumnDrift(
+                    col, kind, method, score, None, False, "insufficient", False, size, None, why
+                )
+            )
+            continue
+        significant = score > threshold
+        drifted = significant and score >= MIN_EFFECT
+        result.columns.append(
+            ColumnDrift(
+                col,
+                kind,
+                method,
+                score,
+                threshold,
+                drifted,
+                "drift" if drifted else "ok",
+                significant,
+                size,
+                severity(score) if drifted else None,
+            )
+        )
+
+
+def _add_rate_test(
+    result: ArmDrift, win: _Window, reference_rate: float, reference_rows: int, plan: Plan
+) -> None:
+    flagged = win.rows["label"].to_numpy(dtype=float)
+    size, distinct = effective_size(win.rows["label"].astype(float), win.entities)
+    if min(size, distinct) < MIN_EFFECTIVE_SIZE:
+        why = f"{distinct} distinct entities (< {MIN_EFFECTIVE_SIZE}): not tested"
+        result.columns.append(
+            ColumnDrift(
+                "positive_rate",
+                "prediction",
+                "two-proportion z",
+                float("nan"),
+                None,
+                False,
+                "insufficient",
+                False,
+                size,
+                None,
+                why,
+            )
+        )
+        return
+    design = len(flagged) / max(size, 1.0)
+    test = positive_rate_test(flagged, design, reference_rate, reference_rows, plan.alpha)
+    detail = (
+        f"served {test.window_rate:.2%} vs reference {test.reference_rate:.2%}, "
+        f"z={test.z:.2f}, effect h={test.effect:.3f}"
+    )
+    status: ColumnStatus = "drift" if test.drifted else "ok"
+    result.columns.append(
+        ColumnDrift(
+            "positive_rate",
+            "prediction",
+            "two-proportion z",
+            abs(test.z),
+            test.critical,
+            test.drifted,
+            status,
+            test.significant,
+            size,
+            test.severity,
+            detail,
+        )
+    )
+
+
+def _judge_quality(
+    settings: Settings, model: str, result: ArmDrift, win: _Window
+) -> dict[str, Any] | None:
+    """mlpipe's quality judgement beside Evidently's classification figures (None: no labels)."""
+    if not win.rows["outcome"].notna().any():
+        return None
+    try:
+        registered: dict[str, float] | None = registered_metrics(settings, model, result.version)
+    except MlpipeError:
+        registered = None
+    figures = quality(win.rows, win.clusters(), registered, settings.monitor.canary_min_labels)
+    evidently_figures, snapshot = classification_quality(win.rows)
+    figures["evidently"] = evidently_figures
+    figures["_snapshot"] = snapshot
+    return figures
 
 
 def _arm_verdict(result: ArmDrift, threshold: float) -> DriftOutcome:
-    """Drift when the prediction drifts or the share of drifted features reaches ``threshold``.
+    """Every drifted column is an alarm; so is a share of significant shifts at ``threshold``.
 
-    Sets ``drift_share`` on the way (None when no feature could be tested).
+    Sets ``drift_share`` (significant features / features tested) and ``alarms`` on the way.
     """
-    tested = [c for c in result.columns if c.kind == "feature"]
-    if tested:
-        result.drift_share = sum(c.drifted for c in tested) / len(tested)
-    prediction_drift = any(c.drifted for c in result.columns if c.kind == "prediction")
-    if not result.columns:
-        result.notes.append("no column could be tested")
-        return "no_data"
-    if prediction_drift or (result.drift_share is not None and result.drift_share >= threshold):
+    tested = [c for c in result.columns if c.status != "insufficient"]
+    features = [c for c in tested if c.kind == "feature"]
+    if features:
+        result.drift_share = sum(c.significant for c in features) / len(features)
+    result.alarms = [f"{c.column}: {c.severity} shift" for c in tested if c.drifted]
+    if result.drift_share is not None and result.drift_share >= threshold:
+        result.alarms.append(
+            f"drift share {result.drift_share:.2f} >= {threshold:g} (significant shifts)"
+        )
+    quality_alarms = (result.quality or {}).get("alarms", [])
+    result.alarms.extend(f"quality: {m} below the registered value" for m in quality_alarms)
+    if quality_alarms:
+        return "quality"
+    if result.alarms:
         return "drift"
-    return "ok"
+    if tested:
+        return "ok"
+    if result.columns:
+        result.notes.append("every column has too few distinct entities to test")
+        return "insufficient"
+    result.notes.append("no column could be tested")
+    return "no_data"
 
 
-def _save_reports(result: ArmDrift, snapshot: Any, quality_snapshot: Any, out_dir: Path) -> None:
+def _save_reports(result: ArmDrift, snapshot: Any, out_dir: Path) -> None:
     """Evidently's HTML + JSON of the arm (and of its quality, where labels arrived)."""
     if snapshot is not None:
         html, js = out_dir / f"{result.arm}.html", out_dir / f"{result.arm}.json"
         snapshot.save_html(str(html))
         snapshot.save_json(str(js))
         result.html, result.json = str(html), str(js)
+    quality_snapshot = (result.quality or {}).pop("_snapshot", None)
     if quality_snapshot is not None:
         quality_snapshot.save_html(str(out_dir / f"{result.arm}-quality.html"))
         quality_snapshot.save_json(str(out_dir / f"{result.arm}-quality.json"))
@@ -195,20 +423,23 @@ class _Reference:
     def describe(self) -> str:
         return self.spec.describe() if self.frame is None else "given frame"
 
-    def for_rows(self, settings: Settings, model: str, rows: pd.DataFrame) -> pd.DataFrame:
-        """The reference for an arm's ``rows`` (training: of the arm's most frequent version)."""
+    def for_version(self, settings: Settings, model: str, version: str | None) -> _RefData:
+        """The reference for an arm (training: of the arm's most frequent ``version``)."""
+        import pandas as pd
+
         if self.frame is not None:
-            ref = self.frame.rename(columns={"label": PREDICTION})
+            ref = _given_reference(self.frame)
         elif self.spec.kind == "window":
             assert self.spec.window is not None
             ref = _window_reference(settings, model, self.spec.window, self.sample_rows)
-        elif len(rows):
-            ref = _training_reference(settings, model, str(rows["version"].mode().iloc[0]))
+        elif version is not None:
+            ref = _training_reference(settings, model, version)
         else:
-            ref = rows.iloc[:0]
-        if len(ref) > self.sample_rows:
-            ref = ref.sample(self.sample_rows, random_state=7)
-        return ref.reset_index(drop=True)
+            ref = _RefData(pd.DataFrame(), None)
+        frame = ref.frame
+        if len(frame) > self.sample_rows:
+            frame = frame.sample(self.sample_rows, random_state=7)
+        return _RefData(frame.reset_index(drop=True), ref.positive_rate, ref.notes)
 
 
 def _arm_drift(
@@ -219,17 +450,27 @@ def _arm_drift(
     whole: bool,
     reference: _Reference,
     out_dir: Path,
+    rate: float,
 ) -> ArmDrift:
     """One arm of the window against its reference; ``whole``: the window holds this arm only."""
     mask = (logged.rows["arm"] == arm).to_numpy()
-    rows = logged.rows[mask].reset_index(drop=True)
-    feats = logged.features[mask].reset_index(drop=True)
-    total = logged.total if whole else int(round(logged.total * mask.mean()))
-    ref = reference.for_rows(settings, model, rows)
-    result = _arm_result(settings, arm, rows, feats, total, logged.sampled, ref, out_dir)
+    entities = None
+    if logged.entities is not None and "entity_key" in logged.entities:
+        entities = logged.entities["entity_key"][mask].reset_index(drop=True)
+    win = _Window(
+        logged.rows[mask].reset_index(drop=True),
+        logged.features[mask].reset_index(drop=True),
+        entities,
+        logged.total if whole else int(round(logged.total * mask.mean())),
+        logged.sampled,
+    )
+    ref = reference.for_version(settings, model, win.version if len(win.rows) else None)
+    result = _arm_result(settings, model, arm, win, ref, out_dir, rate)
     if logged.sampled:
-        result.notes.append(f"window sampled in the warehouse: {len(rows)} of ~{total} rows")
-    if len(ref) == 0 and len(rows):
+        result.notes.append(
+            f"window sampled in the warehouse: {len(win.rows)} of ~{win.total} rows"
+        )
+    if len(ref.frame) == 0 and len(win.rows):
         result.notes.append("the reference is empty: nothing to compare against")
     return result
 
@@ -245,16 +486,21 @@ def drift(
     sync_first: bool = True,
     notify: warehouse.Notify | None = None,
     history: warehouse.HistorySource | None = None,
+    false_alarm_rate: float = FALSE_ALARM_RATE,
 ) -> DriftVerdict:
     """Drift of ``model``'s traffic in the window ending at ``end`` (default now, naive UTC).
 
     ``reference`` is ``training`` (the version's reference stored at register
-    time), ``window:7d`` or ``window:ISO..ISO``; ``reference_frame`` (features +
-    ``label``) overrides it. ``history`` is what the sync first mirrors into the
+    time, scored by the version for prediction drift), ``window:7d`` or
+    ``window:ISO..ISO``; ``reference_frame`` (features, optional ``score`` and
+    predicted ``label``) overrides it. Thresholds are calibrated per column so a
+    clean window raises an alarm in about ``false_alarm_rate`` of reports (see
+    :mod:`._calibration`). ``history`` is what the sync first mirrors into the
     warehouse (see :func:`mlpipe.warehouse.sync`). Writes the reports and their
-    index rows; returns the verdict (``exit_code`` 0 ok or no data, 1 drift).
-    Raises :class:`InvalidInput` for a bad window/reference/arm and
-    :class:`NotFound` for a model the warehouse has never seen.
+    index rows; returns the verdict (``exit_code`` 0 ok / insufficient / no
+    data, 1 drift or quality). Raises :class:`InvalidInput` for a bad
+    window/reference/arm/rate and :class:`NotFound` for a model the warehouse
+    has never seen.
     """
     current = window_ending(window, end)
     spec = (
@@ -262,6 +508,8 @@ def drift(
     )
     if arm is not None and arm not in ARMS:
         raise InvalidInput(f"unknown arm {arm!r}: use champion, canary or shadow")
+    if not 0 < false_alarm_rate < 1:
+        raise InvalidInput(f"false alarm rate must be between 0 and 1, not {false_alarm_rate}")
     sample_rows = settings.monitor.drift_sample_rows
     logged = read_logged(
         settings,
@@ -272,16 +520,18 @@ def drift(
         notify=notify,
         arm=arm,
         sample_rows=sample_rows,
+        with_entities=True,
     )
     report = new_report(settings, "drift", model)
     against = _Reference(spec, reference_frame, sample_rows)
     names = [arm] if arm else sorted(set(logged.rows["arm"])) or ["champion"]
     whole = arm is not None or len(names) == 1
-    arms = [_arm_drift(settings, model, logged, n, whole, against, report.folder) for n in names]
+    arms = [
+        _arm_drift(settings, model, logged, n, whole, against, report.folder, false_alarm_rate)
+        for n in names
+    ]
     verdicts = {a.verdict for a in arms}
-    overall: DriftOutcome = (
-        "drift" if "drift" in verdicts else ("ok" if "ok" in verdicts else "no_data")
-    )
+    overall = next(v for v in _PRECEDENCE if v in verdicts or v == "no_data")
     result = DriftVerdict(
         model,
         current.start,
@@ -291,6 +541,7 @@ def drift(
         overall,
         arms,
         str(report.folder),
+        calibration_statement(false_alarm_rate),
     )
     publish(settings, report, current, result.to_dict(), [a.finding() for a in arms], notify)
     return result

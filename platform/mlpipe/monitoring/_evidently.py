@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from mlpipe.monitoring._calibration import CAT_METHOD, NUM_METHOD
 from mlpipe.monitoring._screen import Screened, SkippedColumn
 
 if TYPE_CHECKING:
@@ -20,14 +21,27 @@ ColumnResult = tuple[str, float, float, bool]
 
 
 def _run_evidently(
-    cur: pd.DataFrame, ref: pd.DataFrame, num: list[str], cat: list[str], drift_share: float = 0.5
+    cur: pd.DataFrame,
+    ref: pd.DataFrame,
+    num: list[str],
+    cat: list[str],
+    drift_share: float = 0.5,
+    thresholds: dict[str, float] | None = None,
 ) -> Any:
     from evidently import DataDefinition, Dataset, Report
     from evidently.presets import DataDriftPreset
 
     definition = DataDefinition(numerical_columns=num, categorical_columns=cat)
-    # mlpipe's drift share, so the report's headline agrees with the CLI's verdict.
-    preset = DataDriftPreset(columns=num + cat, drift_share=drift_share)
+    # mlpipe's drift share and calibrated thresholds, so the report agrees with the CLI's
+    # verdict; the methods are pinned (Evidently would switch them on the reference's size)
+    # because the thresholds are calibrated for these statistics.
+    preset = DataDriftPreset(
+        columns=num + cat,
+        drift_share=drift_share,
+        num_method=NUM_METHOD,
+        cat_method=CAT_METHOD,
+        per_column_threshold={c: t for c, t in (thresholds or {}).items() if c in num + cat},
+    )
     report = Report([preset], include_tests=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numpy/scipy divide warnings on degenerate columns
@@ -68,14 +82,19 @@ def _column_results(snapshot: Any) -> dict[str, ColumnResult]:
 
 
 def drift_tests(
-    screened: Screened, drift_share: float = 0.5
+    screened: Screened, drift_share: float = 0.5, thresholds: dict[str, float] | None = None
 ) -> tuple[Any, dict[str, ColumnResult], list[SkippedColumn]]:
-    """Evidently on all screened columns; if that fails, column by column, skipping failures."""
+    """Evidently on all screened columns; if that fails, column by column, skipping failures.
+
+    ``thresholds``: per column, mlpipe's calibrated threshold (Evidently's default elsewhere).
+    """
     num, cat = screened.numerical, screened.categorical
     if not num and not cat:
         return None, {}, []
     try:
-        snapshot = _run_evidently(screened.current, screened.reference, num, cat, drift_share)
+        snapshot = _run_evidently(
+            screened.current, screened.reference, num, cat, drift_share, thresholds
+        )
         return snapshot, _column_results(snapshot), []
     except Exception:  # noqa: BLE001 - find the column Evidently cannot take, test the rest
         pass
@@ -91,6 +110,7 @@ def drift_tests(
                 screened.reference[[col]],
                 [col] if is_num else [],
                 [] if is_num else [col],
+                thresholds=thresholds,
             )
             results.update(_column_results(snap))
             (good_num if is_num else good_cat).append(col)
@@ -101,7 +121,9 @@ def drift_tests(
                 )
             )
     snapshot = (
-        _run_evidently(screened.current, screened.reference, good_num, good_cat, drift_share)
+        _run_evidently(
+            screened.current, screened.reference, good_num, good_cat, drift_share, thresholds
+        )
         if good_num or good_cat
         else None
     )

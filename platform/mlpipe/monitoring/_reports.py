@@ -23,11 +23,16 @@ from mlpipe.config import Settings
 from mlpipe.errors import NotFound
 from mlpipe.windows import Window, utcnow
 
-Kind = Literal["drift", "canary", "skew"]
+Kind = Literal["drift", "canary", "skew", "shadow"]
 
 # The document each kind writes. Drift's index rows point at the folder, which
 # also holds an Evidently report per arm; the others' point at the document.
-_DOCUMENT: dict[Kind, str] = {"drift": "summary.json", "canary": "canary.json", "skew": "skew.json"}
+_DOCUMENT: dict[Kind, str] = {
+    "drift": "summary.json",
+    "canary": "canary.json",
+    "skew": "skew.json",
+    "shadow": "shadow.json",
+}
 
 
 def read_logged(

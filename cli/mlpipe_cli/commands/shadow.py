@@ -1,0 +1,84 @@
+"""``mlpipe shadow analyze``: the shadow version vs the champion on the same requests.
+
+Exit 0 pass, 1 fail or insufficient data, 2 error (like ``canary analyze``).
+The table, the figures and the verdict line go to stdout; progress to stderr.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from mlpipe_cli import console
+from mlpipe_cli.state import state
+
+if TYPE_CHECKING:
+    from mlpipe.monitoring import ShadowAnalysis
+
+
+def register(app: typer.Typer) -> None:
+    shadow = typer.Typer(help="Shadow vs champion analysis.", no_args_is_help=True)
+    shadow.command("analyze")(analyze)
+    app.add_typer(shadow, name="shadow")
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def analyze(
+    name: str = typer.Argument(..., help="Registered model name."),
+    window: str = typer.Option("1h", "--window", help="How far back from now, e.g. 30m, 1h."),
+    version: str | None = typer.Option(
+        None, "--version", help="Shadow version to analyse (default: the newest logged)."
+    ),
+    top: int = typer.Option(10, "--top", min=0, help="Largest disagreements to list."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON document on stdout."),
+) -> None:
+    """Shadow vs champion, paired by request id: exit 0 pass, 1 fail or insufficient, 2 error."""
+    from mlpipe import deployments, monitoring
+
+    settings = state.settings()
+    result = monitoring.analyze_shadow(
+        settings, name, window, version=version, top=top, notify=console.status,
+        history=deployments.history_feed(settings),
+    )  # fmt: skip
+    if as_json:
+        console.print_json(result.to_dict())
+    else:
+        _render(name, result)
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
+def _render(name: str, result: ShadowAnalysis) -> None:
+    rows = [
+        [c.name, _fmt(c.champion), _fmt(c.canary), c.threshold,
+         {True: "pass", False: "FAIL", None: "-"}[c.passed], c.detail]
+        for c in result.checks
+    ]  # fmt: skip
+    title = (
+        f"{name}: shadow v{result.shadow_version} vs champion v{result.champion_version} "
+        f"on {result.paired_requests} paired request(s)"
+    )
+    columns = ["check", "champion", "shadow", "threshold", "result", "detail"]
+    console.show(console.table(title, columns, rows))
+    spread = ", ".join(f"{k}={_fmt(v)}" for k, v in result.score_delta.items())
+    latency = ", ".join(f"{k}={_fmt(v)}" for k, v in result.latency_ms.items())
+    console.show(f"label agreement: {_fmt(result.label_agreement)}")
+    console.show(f"score delta (shadow - champion): {spread or '-'}")
+    console.show(f"latency ms: {latency or '-'}")
+    top = [
+        [d.request_id, d.entity_key, _fmt(d.champion_score), _fmt(d.shadow_score),
+         f"{d.delta:+.4f}", f"{d.champion_label}/{d.shadow_label}", _fmt(d.outcome)]
+        for d in result.disagreements
+    ]  # fmt: skip
+    if top:
+        columns = ["request_id", "entity", "champion", "shadow", "delta", "labels", "outcome"]
+        console.show(console.table("largest disagreements", columns, top))
+    console.show(
+        f"verdict: {result.verdict}; recorded in {result.report_path} and {result.html_path}"
+    )

@@ -1,0 +1,62 @@
+"""A plain HTML page for a verdict document (canary, shadow): the figures, escaped, no scripts.
+
+Drift reports are Evidently's own HTML; a canary or shadow analysis is a
+handful of checks and figures, so its page is the JSON document laid out as
+tables, readable in any browser and in CI artifacts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f4f4f4}"
+)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return escape(f"{value:.6g}")
+    return escape("-" if value is None else str(value))
+
+
+def _rows_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_cell(r.get(c))}</td>" for c in columns) + "</tr>" for r in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _pairs_table(pairs: Mapping[str, Any]) -> str:
+    body = "".join(
+        f"<tr><th>{escape(str(k))}</th><td>{_cell(v)}</td></tr>" for k, v in pairs.items()
+    )
+    return f"<table>{body}</table>"
+
+
+def verdict_page(title: str, document: Mapping[str, Any], first: str) -> str:
+    """``document`` as HTML: its scalar fields, then ``first`` and every other table in it."""
+    scalars = {k: v for k, v in document.items() if not isinstance(v, (list, dict))}
+    parts = [f"<h1>{escape(title)}</h1>", _pairs_table(scalars)]
+    keys = [first, *(k for k in document if k != first)]
+    for key in keys:
+        value = document.get(key)
+        if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
+            parts += [f"<h2>{escape(key)}</h2>", _rows_table(value)]
+        elif isinstance(value, list) and value:
+            parts += [
+                f"<h2>{escape(key)}</h2>",
+                _pairs_table({str(i): v for i, v in enumerate(value)}),
+            ]
+        elif isinstance(value, Mapping) and value:
+            parts += [f"<h2>{escape(key)}</h2>", _pairs_table(value)]
+    body = "\n".join(parts)
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>\n{body}\n</body></html>\n"
+    )

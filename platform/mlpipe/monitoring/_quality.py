@@ -1,0 +1,178 @@
+"""Prediction drift against the version's own scores, and quality against its registered metrics.
+
+Prediction drift compares what the version served with what the *same
+version* scores on its reference: the reference's features are scored with
+the verified model on first use (the registry stores the reference's inputs,
+not its scores) and the scores cached beside the null distributions. Training
+labels are not a reference for scores: a model's positive rate is not the
+base rate.
+
+Quality: with outcomes in the window, AUC, recall and precision at the
+version's threshold and log loss, with entity-clustered bootstrap intervals
+(:mod:`._label_metrics`), against the metrics registered with the version
+(its holdout). A metric whose whole one-sided 99 % interval is worse than the
+registered value by more than its margin is a ``quality`` alarm.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlpipe import registry
+from mlpipe.config import Settings
+from mlpipe.monitoring import _label_metrics as lm
+from mlpipe.monitoring._calibration import MIN_EFFECT, reference_digest, safe_name, severity
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+QUALITY_ALPHA = 0.01
+# Registered metric names (as demo/_training.py and ``register --metric`` write them) per metric.
+_REGISTERED = {
+    "auc": ("auc",),
+    "recall": ("recall",),
+    "precision": ("precision",),
+    "log_loss": ("log_loss", "logloss"),
+}
+
+
+@dataclass(frozen=True)
+class ReferenceScores:
+    scores: np.ndarray
+    threshold: float
+
+    @property
+    def positive_rate(self) -> float:
+        return float((self.scores >= self.threshold).mean())
+
+
+def reference_scores(
+    settings: Settings, model: str, version: str, reference: pd.DataFrame, folder: Path
+) -> ReferenceScores:
+    """The version's scores on its reference, cached; raises MlpipeError if it cannot load."""
+    import numpy as np
+
+    path = (
+        folder / safe_name(model) / safe_name(version) / f"scores-{reference_digest(reference)}.npz"
+    )
+    if path.exists():
+        cached = np.load(path)
+        return ReferenceScores(cached["scores"], float(cached["threshold"]))
+    loaded = registry.load_verified(settings, model, version)
+    x = reference[loaded.features].to_numpy(dtype=float)
+    scores = np.asarray(loaded.predict_scores(x), dtype=float)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, scores=scores, threshold=np.array(loaded.threshold))
+    tmp.replace(path)
+    return ReferenceScores(scores, loaded.threshold)
+
+
+@dataclass(frozen=True)
+class RateTest:
+    """Served positive rate against the reference's, with the cluster design effect."""
+
+    window_rate: float
+    reference_rate: float
+    z: float
+    critical: float
+    effect: float  # Cohen's h
+    significant: bool
+    drifted: bool
+    severity: str | None
+
+
+def positive_rate_test(
+    flagged: np.ndarray, design: float, reference_rate: float, reference_rows: int, alpha: float
+) -> RateTest:
+    """Two-proportion z-test (window variance inflated by ``design``), effect Cohen's h."""
+    from scipy.stats import norm
+
+    n = len(flagged)
+    rate = float(flagged.mean())
+    p = min(max(reference_rate, 0.5 / reference_rows), 1 - 0.5 / reference_rows)
+    se = math.sqrt(p * (1 - p) * (design / n + 1 / reference_rows))
+    z = (rate - reference_rate) / se
+    critical = float(norm.isf(alpha / 2))
+    h = abs(2 * math.asin(math.sqrt(rate)) - 2 * math.asin(math.sqrt(reference_rate)))
+    significant = abs(z) > critical
+    drifted = significant and h >= MIN_EFFECT
+    return RateTest(
+        rate, reference_rate, z, critical, h, significant, drifted, severity(h) if drifted else None
+    )
+
+
+def registered_metrics(settings: Settings, model: str, version: str) -> dict[str, float]:
+    """The version's registered metrics under :data:`lm.METRICS` names (NaN where absent)."""
+    tags = registry.show(settings, f"{model}/{version}").metrics
+    out = {}
+    for metric, names in _REGISTERED.items():
+        found = [tags[n] for n in names if n in tags]
+        out[metric] = float(found[0]) if found else float("nan")
+    return out
+
+
+def quality(
+    rows: pd.DataFrame,
+    clusters: np.ndarray,
+    registered: dict[str, float] | None,
+    min_labels: int,
+) -> dict[str, Any]:
+    """The quality section of an arm: figures, comparisons, label lag, and the alarms.
+
+    ``registered``: the version's metrics (:func:`registered_metrics`), None when unknown.
+    """
+    import numpy as np
+
+    labelled = rows["outcome"].notna().to_numpy()
+    out: dict[str, Any] = {"labelled_rows": int(labelled.sum()), "rows": len(rows), "alarms": []}
+    out["label_lag"] = label_lag(rows, labelled)
+    if labelled.sum() < min_labels:
+        out["status"] = "insufficient"
+        out["note"] = f"{int(labelled.sum())} labelled request(s) (< {min_labels}): not judged"
+        return out
+    if registered is None:
+        out["status"] = "not judged"
+        out["note"] = "the version has no registered metrics to compare with"
+        return out
+    part = rows[labelled]
+    scored = lm.Scored(
+        part["score"].to_numpy(dtype=float),
+        part["label"].to_numpy(dtype=float) >= 0.5,
+        part["outcome"].round().to_numpy(dtype=int),
+        clusters[labelled],
+    )
+    draws = lm.weighted_metrics(scored, lm.cluster_weights(scored.clusters, lm.BOOTSTRAP_DRAWS))
+    deltas = {k: draws[k] - registered[k] for k in lm.METRICS}
+    point = lm.point_metrics(scored)
+    comparisons = lm.compare(deltas, registered, point, lm.support(scored), alpha=QUALITY_ALPHA)
+    out["metrics"] = [c.__dict__ for c in comparisons]
+    out["alarms"] = [c.metric for c in comparisons if c.worse]
+    out["status"] = "quality" if out["alarms"] else "ok"
+    out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
+    return out
+
+
+def label_lag(rows: pd.DataFrame, labelled: np.ndarray) -> str:
+    """How far behind the window's end the labels are, in words."""
+    if not labelled.any():
+        return f"no outcome has arrived for the {len(rows)} request(s) in the window"
+    newest: datetime = rows["ts"][labelled].max()
+    gap = rows["ts"].max() - newest
+    return (
+        f"outcomes for {int(labelled.sum())} of {len(rows)} request(s); the newest labelled "
+        f"request is {_duration(gap.total_seconds())} older than the newest request"
+    )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

@@ -1,0 +1,71 @@
+"""Shadow vs champion on the same requests, on frames built in memory."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from mlpipe.monitoring._shadow import _disagreements, _figures, pair_shadow, shadow_checks
+
+
+def _rows(n: int, shadow_logit_noise: float | None, seed: int = 0) -> pd.DataFrame:
+    """Champion answers for ``n`` requests and a shadow answer for each (None: same model)."""
+    rng = np.random.default_rng(seed)
+    logit = rng.normal(-3.5, 1.5, n)
+    outcome = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(float)
+    shadow_logit = logit if shadow_logit_noise is None else rng.normal(-3.5, shadow_logit_noise, n)
+    frames = []
+    for arm, version, z, latency in (
+        ("champion", "1", logit, 4.0),
+        ("shadow", "2", shadow_logit, 9.0),
+    ):
+        score = 1 / (1 + np.exp(-z))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "request_id": [f"r{i}" for i in range(n)],
+                    "ts": pd.Timestamp("2026-01-01") + pd.to_timedelta(np.arange(n), unit="s"),
+                    "arm": arm, "version": version, "score": score,
+                    "label": (score >= 0.5).astype(int), "latency_ms": latency, "status": "ok",
+                    "outcome": outcome, "entity_key": [f"customer_id={i % 150}" for i in range(n)],
+                }
+            )
+        )  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_the_same_model_in_shadow_agrees_everywhere_and_passes() -> None:
+    paired, unpaired = pair_shadow(_rows(3000, None), None)
+    assert len(paired) == 3000 and unpaired == 0
+    verdict, checks = shadow_checks(paired, 200, 100)
+    assert verdict == "pass", [c for c in checks if c.passed is False]
+    agreement, spread, latency = _figures(paired)
+    assert agreement == 1.0 and spread["max_abs"] == 0.0
+    assert latency == {
+        "champion_p50": 4.0,
+        "champion_p99": 4.0,
+        "shadow_p50": 9.0,
+        "shadow_p99": 9.0,
+    }
+
+
+def test_a_blind_shadow_fails_and_names_the_requests_it_disagrees_on_most() -> None:
+    paired, _ = pair_shadow(_rows(3000, 0.3), None)
+    verdict, checks = shadow_checks(paired, 200, 100)
+    failed = {c.name for c in checks if c.passed is False}
+    assert verdict == "fail" and {"paired_score", "auc"} <= failed
+    top = _disagreements(paired, 3)
+    deltas = (paired["score_sh"] - paired["score_ch"]).abs()
+    assert [d.request_id for d in top] == list(paired.loc[deltas.nlargest(3).index, "request_id"])
+    assert abs(top[0].delta) == deltas.max()
+
+
+def test_only_the_asked_shadow_version_pairs_and_too_few_is_insufficient() -> None:
+    rows = _rows(300, None)
+    rows.loc[(rows["arm"] == "shadow") & (rows.index % 2 == 0), "version"] = "3"
+    paired, unpaired = pair_shadow(rows, "3")
+    assert set(paired["version_sh"]) == {"3"} and len(paired) == 150 and unpaired == 0
+    verdict, checks = shadow_checks(paired, 200, 100)
+    assert verdict == "insufficient" and [(c.name, c.passed) for c in checks] == [
+        ("requests", False)
+    ]
