@@ -158,12 +158,13 @@ def read(settings: Settings, notify: Notify | None = None) -> Iterator[Connectio
             yield conn
             tx.rollback()
         return
-    behind = not _database_exists(url)
-    if not behind:
+    if _database_exists(url):
+        # The usual case, one connection: the schema is current, read on the same one.
         with _connect(settings, True, notify) as conn:
-            behind = _schema.current_version(conn) < _schema.HEAD
-    if behind:
-        with write(settings, notify):
-            pass
+            if _schema.current_version(conn) >= _schema.HEAD:
+                yield conn
+                return
+    with write(settings, notify):
+        pass
     with _connect(settings, True, notify) as conn:
         yield conn
