@@ -93,7 +93,9 @@ def _aim_at_the_model(case: Any, statuses: Counter[tuple[str, int]]) -> bool:
     if sum(statuses.values()) % 4 == 3 or not isinstance(case.body, dict):
         return False
     given_features = dict(case.body.get("features") or {})
-    values = [*given_features.values(), 0.0, 0.0]
+    # A feature may be a string (a model's string input); this model's inputs are numbers.
+    numbers = [v for v in given_features.values() if not isinstance(v, str)]
+    values = [*numbers, 0.0, 0.0]
     features = {"amount": values[0], "n_items": values[1], **given_features}
     case.body = {**case.body, "model": "fraud", "features": features}
     return True

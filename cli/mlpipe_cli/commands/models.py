@@ -43,6 +43,9 @@ def register_version(
     dataset: Path = typer.Option(..., "--dataset", help="Training set (CSV/Parquet)."),
     feature_service: str | None = typer.Option(None, "--feature-service"),
     label: str = typer.Option("label", "--label", help="Label column in the dataset."),
+    features: str | None = typer.Option(
+        None, "--features", help="a,b,c: the model's input columns (default: all but the label)."
+    ),
     metric: list[str] = typer.Option([], "--metric", help="KEY=VALUE, repeatable."),
     threshold: float = typer.Option(0.5, "--threshold", help="Score at or above → label 1."),
     trust: list[str] = typer.Option([], "--trust", help="Extra skops type to trust."),
@@ -90,6 +93,7 @@ def register_version(
         metrics=_parse_metrics(metric),
         threshold=threshold,
         trust=tuple(trust),
+        features=None if features is None else [f.strip() for f in features.split(",")],
     )
     _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
 

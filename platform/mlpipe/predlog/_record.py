@@ -23,7 +23,7 @@ class PredictionRecord(msgspec.Struct, frozen=True, omit_defaults=False):
     generation: int
     entity_key: str  # normalized join-key string, e.g. "customer_id=42"
     entity: dict[str, str | int | float]
-    features: dict[str, float | None]  # model inputs as used (after defaults)
+    features: dict[str, float | str | None]  # model inputs as used (after defaults)
     score: float
     label: int
     latency_ms: float

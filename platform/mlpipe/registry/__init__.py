@@ -10,6 +10,12 @@ naming its parent.
 from mlpipe.registry._aliases import mirror_aliases, read_aliases
 from mlpipe.registry._client import client
 from mlpipe.registry._flavors import candidate_scorer
+from mlpipe.registry._input_schema import (
+    OIP_TYPES,
+    InputColumn,
+    InputSchema,
+    number_from_text,
+)
 from mlpipe.registry._load import load_reference, load_verified
 from mlpipe.registry._onnx_convert import convert_to_onnx, register_onnx
 from mlpipe.registry._quantize import quantize_module, register_quantized
@@ -19,6 +25,9 @@ from mlpipe.registry._torch_flavor import torch_scorer
 from mlpipe.registry._types import LoadedModel, ModelSummary, VersionInfo
 
 __all__ = [
+    "OIP_TYPES",
+    "InputColumn",
+    "InputSchema",
     "LoadedModel",
     "ModelSummary",
     "VersionInfo",
@@ -29,6 +38,7 @@ __all__ = [
     "load_reference",
     "load_verified",
     "mirror_aliases",
+    "number_from_text",
     "parse_ref",
     "quantize_module",
     "read_aliases",

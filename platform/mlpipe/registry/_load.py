@@ -54,6 +54,7 @@ def load_verified(settings: Settings, name: str, version: str) -> LoadedModel:
         artifact_sha256=expected,
         model=model,
         flavor=flavor.name,
+        input_schema=info.input_schema,
     )
 
 

@@ -23,6 +23,7 @@ from mlpipe.registry import _lineage, _registration, _tags
 from mlpipe.registry._candidate import read_candidate
 from mlpipe.registry._client import client, first_line, mlflow_errors
 from mlpipe.registry._flavors import FLAVORS, for_candidate
+from mlpipe.registry._input_schema import UNSEEN, InputColumn, InputSchema, infer_schema
 from mlpipe.registry._model_flavor import ModelFlavor
 from mlpipe.registry._types import VersionInfo
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 REFERENCE_ROWS = 5000
+SAMPLE_ROWS = 100  # scored at registration, as serving scores them
 
 
 def register(
@@ -46,12 +48,16 @@ def register(
     threshold: float = 0.5,
     trust: tuple[str, ...] = (),
     description: str | None = None,
+    features: list[str] | None = None,
 ) -> VersionInfo:
     """Register a new version of ``name`` with full lineage and return it.
 
-    Raises NotFound (model path, run or dataset missing; unknown feature service)
-    and InvalidInput (not a classifier, untrusted types, dataset lacks the model's
-    features or the label, bad threshold). Nothing is written before all checks pass.
+    ``features`` names the model's inputs among the dataset's columns (default:
+    the columns the model names, else every column but the label). Raises
+    NotFound (model path, run or dataset missing; unknown feature service) and
+    InvalidInput (not a classifier, untrusted types, dataset lacks the model's
+    features or the label, bad threshold, the model fails on the dataset as
+    serving would score it). Nothing is written before all checks pass.
     """
     if (model_path is None) == (run_id is None):
         raise InvalidInput("give exactly one of --model PATH or --run RUN_ID")
@@ -62,11 +68,11 @@ def register(
     flavor = for_candidate(model)
     flavor.check_binary(model)
     frame = read_dataset(dataset)
-    features = _model_features(flavor, model, frame, label)
-    tags = _lineage_tags(settings, dataset, feature_service, features, threshold, metrics or {})
+    inputs = _model_features(flavor, model, frame, label, features)
+    tags = _lineage_tags(settings, dataset, feature_service, inputs, threshold, metrics or {})
     if run_id:
         tags[_tags.SOURCE_RUN] = run_id
-    return register_model(settings, name, model, frame, features, label, tags, trust, description)
+    return register_model(settings, name, model, frame, inputs, label, tags, trust, description)
 
 
 def register_model(
@@ -90,7 +96,8 @@ def register_model(
     flavor.check_binary(model)
     tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
     flavor = FLAVORS[tags[_tags.FLAVOR]]()
-    signature, reference = _signature_and_reference(flavor, model, frame, features, label)
+    signature, reference, schema = _signature_and_reference(flavor, model, frame, features, label)
+    tags[_tags.INPUT_SCHEMA] = schema.to_json()
     mv = _registration.log_and_register(
         settings,
         name,
@@ -143,13 +150,33 @@ def read_dataset(path: Path) -> pd.DataFrame:
         raise InvalidInput(f"dataset {path} is not a readable CSV/Parquet file: {exc}") from exc
 
 
-def _model_features(flavor: ModelFlavor, model: Any, frame: pd.DataFrame, label: str) -> list[str]:
-    """The columns the model names, else every dataset column but the label."""
+def _model_features(
+    flavor: ModelFlavor, model: Any, frame: pd.DataFrame, label: str, given: list[str] | None
+) -> list[str]:
+    """The columns the model names, else those ``given`` (--features), else all but the label."""
     require_label(frame, label)
+    if given is not None:
+        _check_given(given, label)
+        require_columns(frame, given, flag=" (named with --features)")
     names = flavor.input_names(model)
-    features = names if names is not None else [c for c in frame.columns if c != label]
+    if names is not None and given is not None and set(names) != set(given):
+        raise InvalidInput(
+            f"--features names {_listed(given)}, but the model was fit on {_listed(names)}"
+        )
+    features = names if names is not None else given
+    if features is None:
+        features = [str(c) for c in frame.columns if c != label]
     require_columns(frame, features)
     return features
+
+
+def _check_given(given: list[str], label: str) -> None:
+    if not given or any(not g for g in given):
+        raise InvalidInput("--features takes column names separated by commas, e.g. a,b,c")
+    if label in given:
+        raise InvalidInput(f"--features names the label column {label!r}")
+    if len(set(given)) != len(given):
+        raise InvalidInput(f"--features names a column twice: {_listed(given)}")
 
 
 def require_label(frame: pd.DataFrame, label: str) -> None:
@@ -168,11 +195,14 @@ def _listed(names: Any, limit: int = 12) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def require_columns(frame: pd.DataFrame, columns: list[str]) -> None:
+def require_columns(frame: pd.DataFrame, columns: list[str], flag: str = "") -> None:
     """Raise InvalidInput naming the ``columns`` the dataset lacks, if any."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
-        raise InvalidInput(f"dataset lacks column(s) the model needs: {', '.join(missing)}")
+        raise InvalidInput(
+            f"dataset lacks column(s) the model needs{flag}: {', '.join(missing)} "
+            f"(its columns: {_listed(frame.columns)})"
+        )
 
 
 def _lineage_tags(
@@ -202,32 +232,101 @@ def _lineage_tags(
 
 def _signature_and_reference(
     flavor: ModelFlavor, model: Any, frame: pd.DataFrame, features: list[str], label: str
-) -> tuple[Any, pd.DataFrame]:
-    """The model's MLflow signature (its scores checked) and the training reference sample."""
+) -> tuple[Any, pd.DataFrame, InputSchema]:
+    """The model's MLflow signature, the training reference sample and the input schema.
+
+    The schema's ``frame`` (how serving scores it) is found by scoring the
+    dataset's first rows the way serving would (:func:`_fit_schema`).
+    """
     from mlflow.models import infer_signature
 
     x = frame[features]
+    schema, scores = _fit_schema(flavor, model, x)
     with warnings.catch_warnings():  # MLflow's hint about integer columns, on every call
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
-        signature = infer_signature(x.head(100), _check_scores(flavor, model, x.head(100)))
+        signature = infer_signature(x.head(SAMPLE_ROWS), scores)
     reference = frame[features].assign(label=frame[label].to_numpy())
     reference = reference.sample(min(len(reference), REFERENCE_ROWS), random_state=0)
-    return signature, reference
+    return signature, reference, schema
 
 
-def _check_scores(flavor: ModelFlavor, model: Any, x: pd.DataFrame) -> np.ndarray:
+def _fit_schema(flavor: ModelFlavor, model: Any, x: pd.DataFrame) -> tuple[InputSchema, np.ndarray]:
+    """The schema of the inputs ``x`` and the scores of its first rows, scored as serving will.
+
+    All-numeric inputs are tried on a float array first (serving's fast path);
+    a model that fails on it (a ColumnTransformer selecting columns by name) or
+    any string input goes to a DataFrame built by :meth:`InputSchema.to_frame`,
+    from the values as serving's validation hands them over. String inputs the
+    model scores an unseen category for are marked ``open``.
+    """
+    import numpy as np
+
+    schema = infer_schema(x)  # the categories seen in the whole dataset
+    x = x.head(SAMPLE_ROWS)
+    if schema.numeric:
+        try:
+            array = x.to_numpy(dtype=np.float64)  # as serving builds it
+            return schema, _check_scores(flavor, model, array, list(x.columns))
+        except InvalidInput as array_failure:
+            try:
+                return _frame_scores(flavor, model, schema.with_frame(True), x)
+            except InvalidInput:
+                raise array_failure from None
+    return _frame_scores(flavor, model, schema.with_frame(True), x)
+
+
+def _frame_scores(
+    flavor: ModelFlavor, model: Any, schema: InputSchema, x: pd.DataFrame
+) -> tuple[InputSchema, np.ndarray]:
+    rows = [
+        [_as_served(c, v) for c, v in zip(schema.columns, row, strict=True)]
+        for row in x.itertuples(index=False)
+    ]
+    scores = _check_scores(flavor, model, schema.to_frame(rows), schema.names)
+    opened = set()
+    for i, column in enumerate(schema.columns):
+        if column.kind == "string" and column.categories is not None and rows:
+            probe = [[*rows[0][:i], UNSEEN, *rows[0][i + 1 :]]]
+            if _scores_quietly(flavor, model, schema.to_frame(probe)):
+                opened.add(column.name)
+    return schema.opened(opened), scores
+
+
+def _as_served(column: InputColumn, value: Any) -> Any:
+    """A dataset value as serving's validation hands it to the model (missing: NaN/None)."""
+    import pandas as pd
+
+    if pd.isna(value):
+        return None if column.kind == "string" else float("nan")
+    return column.check(value.item() if hasattr(value, "item") else value)
+
+
+def _scores_quietly(flavor: ModelFlavor, model: Any, x: Any) -> bool:
+    """Whether ``model`` gives one probability for the one row of ``x``."""
+    import numpy as np
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scores = np.asarray(flavor.scorer(model)(x), dtype=np.float64)
+    except Exception:  # noqa: BLE001 - refusing the value is what is being probed
+        return False
+    return scores.shape == (1,) and bool(np.isfinite(scores).all())
+
+
+def _check_scores(flavor: ModelFlavor, model: Any, x: Any, columns: list[str]) -> np.ndarray:
     import numpy as np
 
     try:
         with warnings.catch_warnings():  # the model's own warnings are not the user's output
             warnings.simplefilter("ignore")
-            scores = np.asarray(flavor.scorer(model)(x.to_numpy()))
+            scores = np.asarray(flavor.scorer(model)(x))
     except InvalidInput:
         raise
     except Exception as exc:  # noqa: BLE001 - any library's failure on the user's data
         raise InvalidInput(
             f"the {flavor.name} model fails on the dataset's first rows, given the "
-            f"{x.shape[1]} columns {_listed(x.columns)}: "
+            f"{len(columns)} columns {_listed(columns)}: "
             f"{type(exc).__name__}: {first_line(exc)}"
         ) from exc
     if scores.shape != (len(x),) or not ((scores >= 0) & (scores <= 1)).all():

@@ -16,6 +16,7 @@ TAG = "mlpipe."
 DATA_SHA256 = TAG + "data_sha256"
 DATASET = TAG + "dataset"
 FEATURES = TAG + "features"  # JSON list of the model's input columns, in order
+INPUT_SCHEMA = TAG + "input_schema"  # JSON: each input's kind, dtype, categories (_input_schema)
 FEATURE_SERVICE = TAG + "feature_service"
 FEATURE_SERVICE_SHA256 = TAG + "feature_service_sha256"
 THRESHOLD = TAG + "threshold"

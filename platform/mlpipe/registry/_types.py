@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlpipe.registry import _tags
 from mlpipe.registry._flavors import FLAVORS
+from mlpipe.registry._input_schema import InputSchema
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,6 +47,12 @@ class VersionInfo:
     def metrics(self) -> dict[str, float]:
         return _tags.metrics(self.tags)
 
+    @property
+    def input_schema(self) -> InputSchema | None:
+        """The typed inputs recorded at registration (None for versions registered before)."""
+        text = self.tags.get(_tags.INPUT_SCHEMA)
+        return InputSchema.from_json(text) if text else None
+
 
 @dataclass(frozen=True)
 class ModelSummary:
@@ -58,7 +65,12 @@ class ModelSummary:
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A verified, loaded version, ready to score arrays of its ``features``."""
+    """A verified, loaded version, ready to score arrays of its ``features``.
+
+    ``input_schema`` is the version's typed inputs (None if it predates them);
+    ``frame_inputs`` is that schema when the model is scored on a DataFrame
+    (string inputs, columns selected by name), None for the float-array path.
+    """
 
     name: str
     version: str
@@ -68,9 +80,17 @@ class LoadedModel:
     artifact_sha256: str
     model: Any = field(repr=False)
     flavor: str = "sklearn"
+    input_schema: InputSchema | None = None
+    frame_inputs: InputSchema | None = field(init=False, repr=False, default=None)
 
-    def predict_scores(self, x: np.ndarray) -> np.ndarray:
-        """P(class 1) per row of ``x`` (columns in ``features`` order), vectorized."""
+    def __post_init__(self) -> None:
+        schema = self.input_schema
+        if schema is not None and schema.frame:  # read once: serving asks on every request
+            object.__setattr__(self, "frame_inputs", schema)
+
+    def predict_scores(self, x: Any) -> np.ndarray:
+        """P(class 1) per row of ``x``, vectorized: a float array, columns in ``features``
+        order, or (``frame_inputs``) a DataFrame with the training names and dtypes."""
         return self._scorer(x)
 
     @property

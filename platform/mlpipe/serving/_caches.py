@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 V = TypeVar("V")
 
@@ -45,9 +44,9 @@ class LRUCache(Generic[V]):
             self._data.clear()
 
 
-def normalized_vector(values: Sequence[float]) -> tuple[float | None, ...]:
-    """A hashable form of a feature vector: floats, with NaN (missing) as None."""
-    return tuple(None if math.isnan(v) else v for v in map(float, values))
+def normalized_vector(values: Sequence[Any]) -> tuple[Any, ...]:
+    """A hashable form of a feature vector (floats, strings), with NaN (missing) as None."""
+    return tuple(None if v != v else v for v in values)  # only NaN differs from itself
 
 
 __all__ = ["LRUCache", "normalized_vector"]

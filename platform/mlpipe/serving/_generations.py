@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mlpipe import deployments, features, registry
@@ -49,6 +49,12 @@ class VersionPlan:
     spec: Any | None  # mlpipe.features.FeatureServiceSpec, or None: all inputs from the request
     store_features: frozenset[str]
     request_features: tuple[str, ...]
+    # The version's typed inputs when it is scored on a DataFrame (string inputs, columns
+    # selected by name); None for the float-array path. Read once, here.
+    frame_inputs: Any | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frame_inputs", getattr(self.model, "frame_inputs", None))
 
     @property
     def version(self) -> str:

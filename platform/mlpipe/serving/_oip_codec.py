@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from mlpipe.registry import OIP_TYPES
 from mlpipe.serving._oip_schema import InferenceRequest
 from mlpipe.serving._schema import control_character, describe_validation_error
 
@@ -65,15 +66,30 @@ def _inputs_of(served: Any) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(features)), list(dict.fromkeys(keys))
 
 
+def _input_types(served: Any) -> dict[str, str]:
+    """Each request-time feature's OIP datatype, from the primaries' input schemas.
+
+    A string input is BYTES, a number FP64, an integer INT64, a boolean BOOL; an
+    input no schema types (a version registered before schemas) is FP64.
+    """
+    types: dict[str, str] = {}
+    for plan in served.primary_versions():
+        schema = getattr(plan.model, "input_schema", None)
+        for column in schema.columns if schema is not None else ():
+            types.setdefault(column.name, OIP_TYPES[column.kind])
+    return types
+
+
 def model_metadata(served: Any) -> dict[str, Any]:
     """``GET /v2/models/{name}``: versions answering now, the inputs they need, the outputs."""
     features, keys = _inputs_of(served)
+    types = _input_types(served)
     return {
         "name": served.name,
         "versions": [plan.version for plan in served.primary_versions()],
         "platform": "mlpipe",
         "inputs": [{"name": k, "datatype": "INT64", "shape": [-1]} for k in keys]
-        + [{"name": f, "datatype": "FP64", "shape": [-1]} for f in features],
+        + [{"name": f, "datatype": types.get(f, "FP64"), "shape": [-1]} for f in features],
         "outputs": [{"name": n, "datatype": t, "shape": [-1]} for n, t in OUTPUTS.items()],
         "parameters": {"generation": served.generation},
     }
@@ -141,7 +157,7 @@ def _from_json(data: Any, dtype: str, name: str) -> np.ndarray:
 def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[dict[str, Any]]:
     """One ``/predict`` body per row of the request's tensors."""
     features, keys = _inputs_of(served)
-    columns: dict[str, np.ndarray] = {}
+    columns: dict[str, Any] = {}
     for tensor in request["inputs"]:
         name, values = tensor["name"], tensor["values"]
         if name == MATRIX_INPUT and values.ndim == 2 and MATRIX_INPUT not in features:
@@ -160,15 +176,10 @@ def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[di
                 f"inputs.{name}: not an input of {served.name} "
                 f"(inputs: {', '.join([*keys, *features]) or 'none'})"
             )
+    types = _input_types(served)
     for name in features:
-        if name not in columns:
-            continue
-        try:
-            columns[name] = columns[name].astype(np.float64)
-        except (TypeError, ValueError) as exc:
-            raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
-        if not np.isfinite(columns[name]).all():
-            raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+        if name in columns:
+            columns[name] = _feature_column(name, columns[name], types.get(name, "FP64"))
     lengths = {len(v) for v in columns.values()}
     if len(lengths) > 1:
         raise ProtocolError("inputs: every tensor must have the same number of rows")
@@ -181,12 +192,36 @@ def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[di
         row: dict[str, Any] = {
             "model": served.name,
             "entity": {k: _entity_value(k, columns[k][i]) for k in keys if k in columns},
-            "features": {f: float(columns[f][i]) for f in features if f in columns},
+            "features": {f: columns[f][i] for f in features if f in columns},
         }
         if isinstance(request_id, str) and request_id:
             row["request_id"] = request_id if n == 1 else f"{request_id}-{i}"
         rows.append(row)
     return rows
+
+
+def _feature_column(name: str, values: np.ndarray, datatype: str) -> list[Any]:
+    """A feature's values as Python values: strings for a BYTES input, else finite floats."""
+    if datatype == "BYTES":
+        if not all(isinstance(v, str | bytes) for v in values):
+            raise ProtocolError(f"inputs.{name}: a string input; send BYTES", 422)
+        return [_text(name, v) for v in values]
+    try:
+        numbers = values.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
+    if not np.isfinite(numbers).all():
+        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+    return numbers.tolist()
+
+
+def _text(name: str, value: str | bytes) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return value.decode()
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"inputs.{name}: BYTES must be UTF-8 text") from exc
 
 
 def _entity_value(name: str, value: Any) -> int | str:

@@ -40,6 +40,7 @@ import numpy as np
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import check_join_key
 from mlpipe.predlog import Arm, PiiHasher, PredictionRecord
+from mlpipe.registry import InputSchema, number_from_text
 from mlpipe.routing import entity_key
 from mlpipe.serving._caches import LRUCache, normalized_vector
 from mlpipe.serving._error_bodies import (
@@ -75,7 +76,7 @@ class _Item:
     arm: Arm
     key: str
     shadow: str | None = None
-    vector: list[float] | None = None
+    vector: list[Any] | None = None
     missing: list[str] | None = None
     feature_hit: bool = False
     score: float | None = None
@@ -141,6 +142,9 @@ class ScoringPipeline:
             for name in plan.request_features:
                 if name not in req.features:
                     raise InvalidInput(f"features.{name}: required request-time input")
+            # Typed inputs, or a string given for a number: every value held to its input.
+            if plan.frame_inputs is not None or str in map(type, req.features.values()):
+                _check_values(plan, req.features)
 
     # -- the batch --
 
@@ -267,6 +271,9 @@ class ScoringPipeline:
 
     def _vector(self, it: _Item, row: Any) -> None:
         plan, req = it.plan, it.req
+        if plan.frame_inputs is not None:
+            self._typed_vector(it, row, plan.frame_inputs)
+            return
         defaults = plan.spec.defaults if plan.spec is not None else {}
         vector: list[float] = []
         missing: list[str] = []
@@ -284,6 +291,36 @@ class ScoringPipeline:
                     missing.append(name)
                     value = math.nan
             vector.append(float(value))
+        it.vector, it.missing = vector, missing
+        it.feature_hit = bool(row is not None and row.cache_hit)
+
+    def _typed_vector(self, it: _Item, row: Any, inputs: InputSchema) -> None:
+        """The input values of a version scored on a DataFrame, each as its column takes it.
+
+        A missing input is NaN (numbers) or None (strings); a store value its
+        column refuses fails the request (422), like a bad request value.
+        """
+        plan, req = it.plan, it.req
+        defaults = plan.spec.defaults if plan.spec is not None else {}
+        row_missing = set(row.missing) if row is not None else set()
+        vector: list[Any] = []
+        missing: list[str] = []
+        for column in inputs.columns:
+            name = column.name
+            if name in plan.store_features:
+                value = row.values.get(name) if row is not None else None
+                if row is None or name in row_missing or value is None:
+                    missing.append(name)
+                    value = defaults.get(name) if value is None else value
+            else:
+                value = req.features.get(name)
+                if value is None:
+                    missing.append(name)
+            try:
+                vector.append(column.empty if value is None else column.check(value))
+            except InvalidInput as exc:
+                it.error = error_for(exc)
+                vector.append(column.empty)
         it.vector, it.missing = vector, missing
         it.feature_hit = bool(row is not None and row.cache_hit)
 
@@ -307,24 +344,24 @@ class ScoringPipeline:
                 plans[group] = plan
         for group, todo in pending.items():
             model = plans[group].model
-            x = np.asarray([it.vector for it, _ in todo], dtype=np.float64)
+            x = _model_inputs(plans[group], [it.vector for it, _ in todo])
             try:
                 scores = _scores_of(model, x)
             except Exception:
                 logger.exception(
                     "scoring %d rows of %s/%s failed; retrying row by row", len(x), *group
                 )
-                self._score_rows(todo, model)
+                self._score_rows(todo, plans[group])
                 continue
             for (it, key), score in zip(todo, scores, strict=True):
                 it.score = score
                 self._cache.put(key, score)
 
-    def _score_rows(self, todo: list[tuple[_Item, tuple[Any, ...]]], model: Any) -> None:
+    def _score_rows(self, todo: list[tuple[_Item, tuple[Any, ...]]], plan: VersionPlan) -> None:
         """Score each row alone; a row the model cannot score gets ``error`` and no score."""
         for it, key in todo:
             try:
-                (score,) = _scores_of(model, np.asarray([it.vector], dtype=np.float64))
+                (score,) = _scores_of(plan.model, _model_inputs(plan, [it.vector]))
             except Exception as exc:
                 it.error = model_error(exc)
                 logger.warning(
@@ -344,7 +381,7 @@ class ScoringPipeline:
         req = it.req
         vector = it.vector or []
         features: dict[str, Any] = {
-            k: (None if math.isnan(v) else v)
+            k: (None if v != v else v)  # only NaN (missing) differs from itself
             for k, v in zip(plan.model.features, vector, strict=True)
         }
         entity: dict[str, Any] = dict(req.entity)
@@ -436,7 +473,29 @@ def _fail_together(items: Sequence[_Item]) -> None:
             it.error = failed.error  # not logged: only answers (and timeouts) are
 
 
-def _scores_of(model: Any, x: np.ndarray) -> list[float]:
+def _check_values(plan: VersionPlan, features: dict[str, Any]) -> None:
+    """Hold each request-time value to its typed input (InvalidInput naming the field).
+
+    Without typed inputs (a float-array version) every input is a number, and a
+    string is one only if it reads as one (``"1.5"``, as ``/predict`` always took).
+    """
+    inputs = plan.frame_inputs
+    for name in plan.request_features:
+        value = features[name]
+        if inputs is not None:
+            inputs.check(name, value)
+        elif type(value) is str:
+            number_from_text(name, value)
+
+
+def _model_inputs(plan: VersionPlan, rows: list[Any]) -> Any:
+    """The rows as the version's model takes them: a float array, or a typed DataFrame."""
+    if plan.frame_inputs is None:
+        return np.asarray(rows, dtype=np.float64)
+    return plan.frame_inputs.to_frame(rows)
+
+
+def _scores_of(model: Any, x: Any) -> list[float]:
     """One finite float per row of ``x``; raises whatever the model raised, or ModelFailure."""
     scores = np.asarray(model.predict_scores(x), dtype=np.float64).reshape(-1)
     if scores.shape[0] != x.shape[0]:

@@ -21,7 +21,12 @@ EntityValue = (
     Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
     | Annotated[StrictStr, Field(min_length=1, max_length=256, json_schema_extra=_TEXT)]
 )
-FeatureValue = Annotated[float, Field(allow_inf_nan=False)]
+# A number, or a string for a model's string (categorical) input; the pipeline's check
+# holds each value to the version's input schema (a string for a number input: 422).
+FeatureValue = (
+    Annotated[float, Field(allow_inf_nan=False)]
+    | Annotated[StrictStr, Field(max_length=1000, json_schema_extra=_TEXT)]
+)
 _ENTITY_NAMES: JsonDict = {"propertyNames": {"minLength": 1, "maxLength": 100, **_TEXT}}
 
 
@@ -30,10 +35,11 @@ class PredictRequest(BaseModel):
 
     ``entity`` holds the join keys the model's feature service reads (required;
     it may be ``{}`` for a model without one, and routing then hashes the
-    request id). ``features`` holds request-time inputs. ``received_ns`` is set
-    by the gateway (a client's value is overwritten) so the log can record the
-    server-side latency; so are ``tenant`` and ``pin`` (the arm the tenant is
-    pinned to, if any), from the auth layer.
+    request id). ``features`` holds request-time inputs (numbers; strings for
+    a model's string inputs). ``received_ns`` is set by the gateway (a client's
+    value is overwritten) so the log can record the server-side latency; so are
+    ``tenant`` and ``pin`` (the arm the tenant is pinned to, if any), from the
+    auth layer.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
