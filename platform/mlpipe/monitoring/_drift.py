@@ -475,6 +475,13 @@ def _arm_drift(
     return result
 
 
+def _check_arguments(arm: str | None, false_alarm_rate: float) -> None:
+    if arm is not None and arm not in ARMS:
+        raise InvalidInput(f"unknown arm {arm!r}: use champion, canary or shadow")
+    if not 0 < false_alarm_rate < 1:
+        raise InvalidInput(f"false alarm rate must be between 0 and 1, not {false_alarm_rate}")
+
+
 def drift(
     settings: Settings,
     model: str,
@@ -506,10 +513,7 @@ def drift(
     spec = (
         parse_reference(reference, current) if reference_frame is None else ReferenceSpec("frame")
     )
-    if arm is not None and arm not in ARMS:
-        raise InvalidInput(f"unknown arm {arm!r}: use champion, canary or shadow")
-    if not 0 < false_alarm_rate < 1:
-        raise InvalidInput(f"false alarm rate must be between 0 and 1, not {false_alarm_rate}")
+    _check_arguments(arm, false_alarm_rate)
     sample_rows = settings.monitor.drift_sample_rows
     logged = read_logged(
         settings,
