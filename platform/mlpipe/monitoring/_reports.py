@@ -55,13 +55,7 @@ def read_logged(
     """
     if sync_first:
         warehouse.sync(settings, notify, history=history)
-    known = warehouse.models_in_warehouse(settings, notify)
-    if model not in known:
-        raise NotFound(
-            f"model {model!r} has no logged predictions "
-            f"(the warehouse has: {', '.join(known) or 'none'})"
-        )
-    return warehouse.prediction_window(
+    logged = warehouse.prediction_window(
         settings,
         model,
         window.start,
@@ -71,6 +65,14 @@ def read_logged(
         notify=notify,
         with_entities=with_entities,
     )
+    if logged.total == 0:  # an empty window: is the model known at all?
+        known = warehouse.models_in_warehouse(settings, notify)
+        if model not in known:
+            raise NotFound(
+                f"model {model!r} has no logged predictions "
+                f"(the warehouse has: {', '.join(known) or 'none'})"
+            )
+    return logged
 
 
 @dataclass(frozen=True)
