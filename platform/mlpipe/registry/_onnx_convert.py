@@ -25,28 +25,17 @@ import numpy as np
 
 from mlpipe.config import Settings
 from mlpipe.errors import CheckFailed, InvalidInput
-from mlpipe.registry import _lineage, _tags
+from mlpipe.registry import _tags
 from mlpipe.registry._client import first_line
+from mlpipe.registry._derived import lineage_tags, load_parent
 from mlpipe.registry._flavors import FLAVORS
-from mlpipe.registry._load import load_verified
 from mlpipe.registry._onnx_flavor import OnnxFlavor
-from mlpipe.registry._read import show
 from mlpipe.registry._register import read_dataset, register_model, require_columns, require_label
 from mlpipe.registry._types import VersionInfo
 from mlpipe.registry._xgboost_flavor import as_booster
 
 TOLERANCE = 1e-4  # the largest |score delta| an ONNX version may differ from its parent by
 CONVERTIBLE = ("sklearn", "lightgbm", "xgboost")
-# Tags of the parent that describe its training, carried to the derived version.
-_INHERITED = (
-    _tags.DATA_SHA256,
-    _tags.DATASET,
-    _tags.FEATURES,
-    _tags.FEATURE_SERVICE,
-    _tags.FEATURE_SERVICE_SHA256,
-    _tags.THRESHOLD,
-    _tags.GIT_COMMIT,
-)
 
 
 def register_onnx(
@@ -67,9 +56,8 @@ def register_onnx(
     dataset without the needed columns) and CheckFailed (scores differ beyond
     ``tolerance``); nothing is registered when it raises.
     """
-    parent_version = parent or show(settings, name).version
-    info = show(settings, f"{name}/{parent_version}")
-    loaded = load_verified(settings, name, parent_version)
+    source = load_parent(settings, name, parent)
+    parent_version, loaded = source.version, source.loaded
     if loaded.flavor not in CONVERTIBLE:
         raise InvalidInput(
             f"{name}/{parent_version} is stored as {loaded.flavor}; --to-onnx converts "
@@ -87,16 +75,12 @@ def register_onnx(
             f"{delta:.3g} away from it on {Path(dataset).name} (tolerance {tolerance:g}); "
             "not registered"
         )
-    tags = {k: info.tags[k] for k in _INHERITED if k in info.tags}
+    tags = lineage_tags(source, Path(dataset))
     tags.update(
         {
-            _tags.PARENT_VERSION: f"{name}/{parent_version}",
-            _tags.PARENT_ARTIFACT_SHA256: loaded.artifact_sha256,
             _tags.CONVERT: "onnx",
             _tags.CONVERTER: converter,
             _tags.CONVERT_TOLERANCE: repr(float(tolerance)),
-            _tags.EVAL_DATASET: Path(dataset).name,
-            _tags.EVAL_DATA_SHA256: _lineage.file_sha256(Path(dataset)),
         }
     )
     tags.update(_tags.metric_tags({"max_abs_score_delta": delta}))

@@ -36,9 +36,8 @@ import numpy as np
 
 from mlpipe.config import Settings
 from mlpipe.errors import CheckFailed, InvalidInput
-from mlpipe.registry import _lineage, _tags
-from mlpipe.registry._load import load_verified
-from mlpipe.registry._read import show
+from mlpipe.registry import _tags
+from mlpipe.registry._derived import lineage_tags, load_parent
 from mlpipe.registry._register import read_dataset, register_model, require_columns
 from mlpipe.registry._torch_flavor import torch_scorer
 from mlpipe.registry._types import VersionInfo
@@ -51,16 +50,6 @@ RECIPES = {
 RECALL_TOLERANCE = 0.05  # absolute drop in any class's recall at the threshold
 AUC_TOLERANCE = 0.02  # absolute drop in ROC AUC
 ACCEPTED_DEGRADATION = _tags.TAG + "accepted_degradation"
-# Tags of the parent that describe its training, carried to the derived version.
-_INHERITED = (
-    _tags.DATA_SHA256,
-    _tags.DATASET,
-    _tags.FEATURES,
-    _tags.FEATURE_SERVICE,
-    _tags.FEATURE_SERVICE_SHA256,
-    _tags.THRESHOLD,
-    _tags.GIT_COMMIT,
-)
 
 
 def register_quantized(
@@ -85,9 +74,8 @@ def register_quantized(
     """
     if recipe not in RECIPES:
         raise InvalidInput(f"--quantize must be one of {', '.join(RECIPES)}, got {recipe!r}")
-    parent_version = parent or show(settings, name).version
-    info = show(settings, f"{name}/{parent_version}")
-    loaded = load_verified(settings, name, parent_version)
+    source = load_parent(settings, name, parent)
+    parent_version, loaded = source.version, source.loaded
     if loaded.flavor != "torch":
         raise InvalidInput(
             f"{name}/{parent_version} is a {loaded.flavor} model; only torch versions quantize"
@@ -105,19 +93,10 @@ def register_quantized(
             f"{'; '.join(drops)}; not registered (--accept-degradation registers it anyway, "
             "recorded as a tag)"
         )
-    tags = {k: info.tags[k] for k in _INHERITED if k in info.tags}
+    tags = lineage_tags(source, Path(dataset))
     if accept_degradation:
         tags[ACCEPTED_DEGRADATION] = "; ".join(drops) or "none beyond tolerance"
-    tags.update(
-        {
-            _tags.PARENT_VERSION: f"{name}/{parent_version}",
-            _tags.PARENT_ARTIFACT_SHA256: loaded.artifact_sha256,
-            _tags.QUANTIZE: recipe,
-            _tags.QUANTIZE_RECIPE: RECIPES[recipe],
-            _tags.EVAL_DATASET: Path(dataset).name,
-            _tags.EVAL_DATA_SHA256: _lineage.file_sha256(Path(dataset)),
-        }
-    )
+    tags.update({_tags.QUANTIZE: recipe, _tags.QUANTIZE_RECIPE: RECIPES[recipe]})
     tags.update(_tags.metric_tags(delta))
     return register_model(
         settings, name, derived, frame, loaded.features, label, tags, description=description
