@@ -37,8 +37,7 @@ from mlpipe.config import MonitorSettings, Settings
 from mlpipe.errors import InvalidInput
 from mlpipe.monitoring import _label_metrics as lm
 from mlpipe.monitoring import _paired
-from mlpipe.monitoring._html import verdict_page
-from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
+from mlpipe.monitoring._reports import publish_versus_champion, read_logged, with_entity_keys
 from mlpipe.windows import window_ending
 
 if TYPE_CHECKING:
@@ -354,9 +353,7 @@ def analyze(
         settings, model, current, sync_first=sync_first, history=history, notify=notify,
         with_entities=True,
     )  # fmt: skip
-    assert logged.entities is not None
-    rows = logged.rows.assign(entity_key=logged.entities["entity_key"])
-    champion, canary = _arms(rows, version)
+    champion, canary = _arms(with_entity_keys(logged), version)
     pairing, why = _pair(settings, model, champion, canary, logged.features)
     verdict, checks = _checks(champion, canary, settings.monitor, pairing, why)
     result = CanaryAnalysis(
@@ -364,14 +361,9 @@ def analyze(
         champion.requests, canary.requests, checks, paired=pairing is not None,
         notes=[why] if why else [],
     )  # fmt: skip
-    report = new_report(settings, "canary", model)
-    html = report.folder / "canary.html"
-    result.report_path, result.html_path = str(report.document), str(html)
-    data = result.to_dict()
-    title = f"{model}: canary v{canary.version} vs champion v{champion.version}: {verdict}"
-    html.write_text(verdict_page(title, data, "checks"))
-    finding = Finding(verdict, data, arm="canary", version=result.canary_version)
-    publish(settings, report, current, data, [finding], notify)
+    publish_versus_champion(
+        settings, "canary", current, model, result.canary_version, result, notify
+    )
     return result
 
 

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from mlpipe import warehouse
 from mlpipe.config import Settings
 from mlpipe.errors import NotFound
+from mlpipe.monitoring._html import verdict_page
 from mlpipe.windows import Window, utcnow
 
 Kind = Literal["drift", "canary", "skew", "shadow"]
@@ -73,6 +74,13 @@ def read_logged(
                 f"(the warehouse has: {', '.join(known) or 'none'})"
             )
     return logged
+
+
+def with_entity_keys(logged: warehouse.PredictionWindow) -> Any:
+    """The window's rows with each row's logged entity key (bounds are clustered by entity);
+    ``logged`` is read ``with_entities``."""
+    assert logged.entities is not None, "read the window with_entities"
+    return logged.rows.assign(entity_key=logged.entities["entity_key"])
 
 
 @dataclass(frozen=True)
@@ -142,4 +150,50 @@ def publish(
     warehouse.record_reports(settings, entries, notify)
 
 
-__all__ = ["Finding", "Kind", "Report", "new_report", "publish", "read_logged"]
+class VersusChampion(Protocol):
+    """A verdict on one version against the champion (a canary or shadow analysis)."""
+
+    report_path: str | None
+    html_path: str | None
+
+    @property
+    def verdict(self) -> str: ...
+
+    @property
+    def champion_version(self) -> str | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def publish_versus_champion(
+    settings: Settings,
+    kind: Literal["canary", "shadow"],
+    window: Window,
+    model: str,
+    version: str | None,
+    result: VersusChampion,
+    notify: warehouse.Notify | None,
+) -> None:
+    """Write ``result`` as ``<kind>.json`` and ``<kind>.html`` (its paths set on it) and index
+    its verdict under ``version`` on the ``kind`` arm."""
+    report = new_report(settings, kind, model)
+    html = report.folder / f"{kind}.html"
+    result.report_path, result.html_path = str(report.document), str(html)
+    data = result.to_dict()
+    title = f"{model}: {kind} v{version} vs champion v{result.champion_version}: {result.verdict}"
+    html.write_text(verdict_page(title, data, "checks"))
+    finding = Finding(result.verdict, data, arm=kind, version=version)
+    publish(settings, report, window, data, [finding], notify)
+
+
+__all__ = [
+    "Finding",
+    "Kind",
+    "Report",
+    "VersusChampion",
+    "new_report",
+    "publish",
+    "publish_versus_champion",
+    "read_logged",
+    "with_entity_keys",
+]

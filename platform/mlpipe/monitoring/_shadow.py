@@ -32,8 +32,7 @@ from mlpipe.monitoring._canary import (
     label_checks,
     score_check,
 )
-from mlpipe.monitoring._html import verdict_page
-from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
+from mlpipe.monitoring._reports import publish_versus_champion, read_logged, with_entity_keys
 from mlpipe.windows import window_ending
 
 if TYPE_CHECKING:
@@ -190,9 +189,7 @@ def analyze_shadow(
         settings, model, current, sync_first=sync_first, history=history, notify=notify,
         with_entities=True,
     )  # fmt: skip
-    assert logged.entities is not None
-    rows = logged.rows.assign(entity_key=logged.entities["entity_key"])
-    paired, unpaired = pair_shadow(rows, version)
+    paired, unpaired = pair_shadow(with_entity_keys(logged), version)
     limits = settings.monitor
     verdict, checks = shadow_checks(paired, limits.canary_min_requests, limits.canary_min_labels)
     agreement, spread, latency = _figures(paired)
@@ -203,12 +200,7 @@ def analyze_shadow(
         model, versions[0], versions[1] or version, current.start, current.end, verdict,
         len(paired), unpaired, agreement, spread, latency, checks, _disagreements(paired, top),
     )  # fmt: skip
-    report = new_report(settings, "shadow", model)
-    html = report.folder / "shadow.html"
-    result.report_path, result.html_path = str(report.document), str(html)
-    data = result.to_dict()
-    title = f"{model}: shadow v{result.shadow_version} vs champion v{result.champion_version}"
-    html.write_text(verdict_page(f"{title}: {verdict}", data, "checks"))
-    finding = Finding(verdict, data, arm="shadow", version=result.shadow_version)
-    publish(settings, report, current, data, [finding], notify)
+    publish_versus_champion(
+        settings, "shadow", current, model, result.shadow_version, result, notify
+    )
     return result
