@@ -48,3 +48,19 @@ def _cell(value: str) -> Text:
 
 def show(renderable: Any) -> None:
     out.print(renderable)
+
+
+def number(value: Any) -> str:
+    """A figure as shown in tables: floats to four significant digits, a missing one as ``-``."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def check_rows(checks: Any) -> list[list[Any]]:
+    """One row per canary or shadow check: name, champion, candidate, threshold, result, detail."""
+    result = {True: "pass", False: "FAIL", None: "-"}
+    return [
+        [c.name, number(c.champion), number(c.canary), c.threshold, result[c.passed], c.detail]
+        for c in checks
+    ]

@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from mlpipe_cli import console
+from mlpipe_cli.console import number
 from mlpipe_cli.state import state
 
 _JSON = typer.Option(False, "--json", help="One JSON document on stdout.")
@@ -44,12 +45,6 @@ def _finish(
         console.status(f"alert sent to {sent.url} ({sent.status})")
     if code:
         raise typer.Exit(code)
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def drift(
@@ -113,9 +108,9 @@ def _drift_arm(name: str, a: Any) -> None:
             c.column,
             c.kind,
             c.method,
-            _fmt(c.score),
-            _fmt(c.threshold),
-            _fmt(c.effective_size),
+            number(c.score),
+            number(c.threshold),
+            number(c.effective_size),
             c.status if c.severity is None else f"{c.status} ({c.severity})",
             c.detail,
         ]
@@ -132,7 +127,7 @@ def _drift_arm(name: str, a: Any) -> None:
         console.show(f"alarm {a.arm}: {alarm}")
     if a.quality:
         figures = ("auc", "recall", "precision", "log_loss", "labelled_rows", "status")
-        shown = ", ".join(f"{k}={_fmt(a.quality.get(k))}" for k in figures if k in a.quality)
+        shown = ", ".join(f"{k}={number(a.quality.get(k))}" for k in figures if k in a.quality)
         console.show(f"quality {a.arm}: {shown}; {a.quality.get('label_lag', '')}")
         if a.quality.get("note"):
             console.show(f"quality {a.arm}: {a.quality['note']}")
@@ -173,7 +168,7 @@ def skew(
                 str(f.compared),
                 str(f.mismatched),
                 f"{f.mismatch_rate:.2%}",
-                _fmt(f.max_abs_diff),
+                number(f.max_abs_diff),
                 "yes" if f.skewed else "no",
             ]
             for f in result.features
@@ -194,7 +189,7 @@ def skew(
             for e in f.examples if f.skewed else []:
                 console.status(
                     f"  {f.feature} {e.entity_key} at {e.ts:%Y-%m-%d %H:%M:%S}: "
-                    f"served {_fmt(e.served)}, offline {_fmt(e.offline)}"
+                    f"served {number(e.served)}, offline {number(e.offline)}"
                 )
         _skipped_and_notes(result.skipped, result.notes)
         console.show(
@@ -225,17 +220,7 @@ def analyze(
     if as_json:
         console.print_json(data)
     else:
-        rows = [
-            [
-                c.name,
-                _fmt(c.champion),
-                _fmt(c.canary),
-                c.threshold,
-                {True: "pass", False: "FAIL", None: "-"}[c.passed],
-                c.detail,
-            ]
-            for c in result.checks
-        ]
+        rows = console.check_rows(result.checks)
         title = (
             f"{name}: canary v{result.canary_version} ({result.canary_requests} req) vs "
             f"champion v{result.champion_version} ({result.champion_requests} req)"

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from mlpipe_cli import console
+from mlpipe_cli.console import number
 from mlpipe_cli.state import state
 
 if TYPE_CHECKING:
@@ -21,12 +22,6 @@ def register(app: typer.Typer) -> None:
     shadow = typer.Typer(help="Shadow vs champion analysis.", no_args_is_help=True)
     shadow.command("analyze")(analyze)
     app.add_typer(shadow, name="shadow")
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def analyze(
@@ -55,25 +50,21 @@ def analyze(
 
 
 def _render(name: str, result: ShadowAnalysis) -> None:
-    rows = [
-        [c.name, _fmt(c.champion), _fmt(c.canary), c.threshold,
-         {True: "pass", False: "FAIL", None: "-"}[c.passed], c.detail]
-        for c in result.checks
-    ]  # fmt: skip
+    rows = console.check_rows(result.checks)
     title = (
         f"{name}: shadow v{result.shadow_version} vs champion v{result.champion_version} "
         f"on {result.paired_requests} paired request(s)"
     )
     columns = ["check", "champion", "shadow", "threshold", "result", "detail"]
     console.show(console.table(title, columns, rows))
-    spread = ", ".join(f"{k}={_fmt(v)}" for k, v in result.score_delta.items())
-    latency = ", ".join(f"{k}={_fmt(v)}" for k, v in result.latency_ms.items())
-    console.show(f"label agreement: {_fmt(result.label_agreement)}")
+    spread = ", ".join(f"{k}={number(v)}" for k, v in result.score_delta.items())
+    latency = ", ".join(f"{k}={number(v)}" for k, v in result.latency_ms.items())
+    console.show(f"label agreement: {number(result.label_agreement)}")
     console.show(f"score delta (shadow - champion): {spread or '-'}")
     console.show(f"latency ms: {latency or '-'}")
     top = [
-        [d.request_id, d.entity_key, _fmt(d.champion_score), _fmt(d.shadow_score),
-         f"{d.delta:+.4f}", f"{d.champion_label}/{d.shadow_label}", _fmt(d.outcome)]
+        [d.request_id, d.entity_key, number(d.champion_score), number(d.shadow_score),
+         f"{d.delta:+.4f}", f"{d.champion_label}/{d.shadow_label}", number(d.outcome)]
         for d in result.disagreements
     ]  # fmt: skip
     if top:
