@@ -22,7 +22,7 @@ from mlpipe.features import describe_service
 from mlpipe.registry import _lineage, _registration, _tags
 from mlpipe.registry._candidate import read_candidate
 from mlpipe.registry._client import client, first_line, mlflow_errors
-from mlpipe.registry._flavors import FLAVORS, for_candidate
+from mlpipe.registry._flavors import for_candidate
 from mlpipe.registry._input_schema import UNSEEN, InputColumn, InputSchema, infer_schema
 from mlpipe.registry._model_flavor import ModelFlavor
 from mlpipe.registry._types import VersionInfo
@@ -95,7 +95,6 @@ def register_model(
     flavor = for_candidate(model)
     flavor.check_binary(model)
     tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
-    flavor = FLAVORS[tags[_tags.FLAVOR]]()
     signature, reference, schema = _signature_and_reference(flavor, model, frame, features, label)
     tags[_tags.INPUT_SCHEMA] = schema.to_json()
     mv = _registration.log_and_register(
