@@ -95,6 +95,22 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = No
     )
 
 
+def run_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, str, str]:
+    """Run ``mlpipe ARGS`` in this process: (exit code, stdout, stderr)."""
+    from mlpipe_cli.main import run
+    from mlpipe_cli.state import state
+
+    monkeypatch.setattr("sys.argv", ["mlpipe", *args])
+    monkeypatch.setattr(state, "debug", False)
+    monkeypatch.setattr(state, "profile", None)
+    with pytest.raises(SystemExit) as exit_:
+        run()
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
 @pytest.fixture
 def cli() -> Iterator:  # type: ignore[type-arg]
     yield run_cli

@@ -7,21 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlpipe_cli.main import run
-from mlpipe_cli.state import state
-
-
-def mlpipe(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    """Run ``mlpipe ARGS`` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr("sys.argv", ["mlpipe", *args])
-    monkeypatch.setattr(state, "debug", False)
-    monkeypatch.setattr(state, "profile", None)
-    with pytest.raises(SystemExit) as exit_:
-        run()
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
+from tests.conftest import run_in_process as mlpipe
 
 
 def test_status_of_a_model_never_deployed(

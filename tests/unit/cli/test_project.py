@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlpipe_cli.main import run
-from mlpipe_cli.state import state
+from tests.conftest import run_in_process as mlpipe
 
 
 @pytest.fixture
@@ -21,19 +20,6 @@ def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
     return tmp_path.resolve()
-
-
-def mlpipe(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    """Run ``mlpipe ARGS`` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr("sys.argv", ["mlpipe", *args])
-    monkeypatch.setattr(state, "debug", False)
-    monkeypatch.setattr(state, "profile", None)
-    with pytest.raises(SystemExit) as exit_:
-        run()
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
 
 
 def test_a_command_outside_a_project_says_so_and_creates_nothing(
