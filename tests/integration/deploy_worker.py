@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import sys
 import time
-import traceback
 from pathlib import Path
 
-from tests.integration.register_worker import _in_process
+from tests.integration.register_worker import _in_process, run_forked
 
 BARRIER_TIMEOUT_S = 300.0
 ATTEMPTS = 3
@@ -36,23 +33,11 @@ def main() -> None:
     parser.add_argument("--command", action="append", required=True)
     args = parser.parse_args()
     _import_everything()
-    children = []
-    for worker, command in enumerate(args.command):
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                _work(args.run_dir, worker, len(args.command), args.rounds, shlex.split(command))
-            except BaseException:  # noqa: BLE001 - report and leave without the parent's atexit
-                traceback.print_exc()
-                code = 1
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        children.append(pid)
-    failed = [pid for pid in children if os.waitpid(pid, 0)[1] != 0]
-    sys.exit(1 if failed else 0)
+    workers = len(args.command)
+    run_forked(
+        workers,
+        lambda w: _work(args.run_dir, w, workers, args.rounds, shlex.split(args.command[w])),
+    )
 
 
 def _import_everything() -> None:

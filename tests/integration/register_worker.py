@@ -25,7 +25,9 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 MLPIPE = str(Path(sys.executable).parent / "mlpipe")
 START_TIMEOUT_S = 600.0
@@ -46,13 +48,21 @@ def main() -> None:
     }
 
     _import_everything()
+    run_forked(
+        args.workers,
+        lambda worker: _work(args, worker, {r for w, r in in_subprocess if w == worker}),
+    )
+
+
+def run_forked(workers: int, work: Callable[[int], None]) -> NoReturn:
+    """Fork one child per worker running ``work(worker)``; exit 1 if any child failed."""
     children = []
-    for worker in range(args.workers):
+    for worker in range(workers):
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                _work(args, worker, {r for w, r in in_subprocess if w == worker})
+                work(worker)
             except BaseException:  # noqa: BLE001 - report and leave without the parent's atexit
                 traceback.print_exc()
                 code = 1
