@@ -19,7 +19,7 @@ PACKAGE = REPO / "platform" / "mlpipe"
 
 LAYERS: list[set[str]] = [
     {"config", "errors"},
-    {"routing", "windows", "engines"},
+    {"routing", "windows", "engines", "tasks"},
     {"registry", "features", "predlog", "warehouse", "security"},
     {"monitoring"},
     {"deployments"},
