@@ -78,7 +78,7 @@ class TaskSpec:
     # --- tags -------------------------------------------------------------------------
 
     def to_tags(self) -> dict[str, str]:
-        tags = {TASK_TAG: self.task}
+        tags: dict[str, str] = {TASK_TAG: self.task}
         if self.is_classifier:
             tags[CLASSES_TAG] = json.dumps(list(self.classes))
         return tags
