@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from bench.workload import (
     ensure_home,
     mlflow_bodies,
     mlpipe_bodies,
+    onnx_deployed,
     v1_features,
 )
 from mlpipe.config import ServingSettings
@@ -49,6 +51,9 @@ VARIANTS = {  # mlpipe runs with one setting changed, for the tuning table (labe
     "1-worker": {"MLPIPE_SERVING__WORKERS": "1"},
     # the prediction log's cost end to end: the same path with a sink that drops every row
     "log-off": {"MLPIPE_PREDLOG__SINK": "none"},
+    # the same path with the champion and canary served as their ONNX conversions
+    # (``register --to-onnx``), deployed for this run only (bench.workload.onnx_deployed)
+    "onnx": {},
 }
 SECTIONS = ("serving", "predlog", "reliability", "security", "monitor")
 
@@ -185,8 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         for label in args.variants:
             port = free_port()
             spec = servers.mlpipe_spec(home, port, variant_env(label), label=label)
+            deployed = onnx_deployed(home) if label == "onnx" else nullcontext()
             try:  # open loop at mlpipe's rates, so a variant's shedding shows next to it
-                rows += _measure(spec, port, bodies["mlpipe"], args, rates, log_dir)
+                with deployed:
+                    rows += _measure(spec, port, bodies["mlpipe"], args, rates, log_dir)
             except (RuntimeError, TimeoutError) as exc:
                 failed.append(f"mlpipe ({label}): {str(exc).splitlines()[-1]}")
                 print(f"bench: mlpipe ({label}) failed: {exc}", file=sys.stderr, flush=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,41 @@ def ensure_home(
     deployments.deploy(settings, "fraud", "2", canary=10, reason="bench: 10 % canary")
     (home / MARKER).write_text("ok\n")
     return home
+
+
+@contextmanager
+def onnx_deployed(home: Path) -> Iterator[None]:
+    """The bench model's champion (1) and 10 % canary (2) swapped for their ONNX conversions
+    (``register --to-onnx``, registered once and reused), put back on exit."""
+    from mlpipe import deployments
+    from mlpipe.config import load_settings
+
+    settings = load_settings(home=home)
+    converted = {parent: _onnx_version(settings, parent) for parent in ("1", "2")}
+    deployments.deploy(settings, "fraud", converted["1"], reason="bench: ONNX champion")
+    deployments.deploy(settings, "fraud", converted["2"], canary=10, reason="bench: ONNX canary")
+    try:
+        yield
+    finally:
+        deployments.deploy(settings, "fraud", "1", reason="bench: back to LightGBM")
+        deployments.deploy(settings, "fraud", "2", canary=10, reason="bench: 10 % canary")
+
+
+def _onnx_version(settings: Any, parent: str) -> str:
+    """The ONNX version derived from ``fraud/<parent>``, registered on first use."""
+    from mlpipe import registry
+
+    (summary,) = [m for m in registry.list_models(settings) if m.name == "fraud"]
+    for version in range(3, int(summary.latest_version or 0) + 1):
+        tags = registry.show(settings, f"fraud/{version}").tags
+        if (
+            tags.get("mlpipe.parent_version") == f"fraud/{parent}"
+            and tags.get("mlpipe.flavor") == "onnx"
+        ):
+            return str(version)
+    evaluation = settings.home / f"onnx-eval-{parent}.parquet"
+    registry.load_reference(settings, "fraud", parent).to_parquet(evaluation)
+    return registry.register_onnx(settings, "fraud", dataset=evaluation, parent=parent).version
 
 
 def v1_features(home: Path, customers: int = CUSTOMERS) -> tuple[list[str], np.ndarray]:
