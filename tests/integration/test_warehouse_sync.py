@@ -132,7 +132,8 @@ def test_outcomes_by_request_id_and_by_entity(settings, tmp_path):
     [
         ("request_id,label,extra\nr1,1,x\n", "unknown column"),
         ("request_id,label\nnope,1\n", "not in the warehouse"),
-        ("request_id,label\nr1,maybe\n", "not a number"),
+        ("request_id,label\nr0,1\nr1,\n", "label on data row 2 is missing"),
+        ("request_id,label\nr1,inf\n", "'inf', not a finite number"),
         ("label\n1\n", "request_id"),
         ("entity_key,timestamp,label\ncustomer_id=999,2020-01-01,1\n", "match no prediction"),
     ],
@@ -305,6 +306,7 @@ def _with(**raw: str) -> bytes:
         (b'{"request_id": "x1", "arm": "blue"}\n', "a row that is not a record"),
         (_with(features='"{not an object}"'), "features a JSON string"),
         (_with(entity="[1, 2]"), "entity a list"),
+        (_with(probabilities='[0.5, "x"]'), "probabilities not numbers"),
     ],
 )
 def test_a_chunk_the_one_statement_refuses_loads_by_rows_and_nothing_doubles(

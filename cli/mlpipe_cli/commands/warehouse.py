@@ -110,7 +110,7 @@ def load(
     file: Path = typer.Argument(
         ...,
         help="CSV or Parquet: request_id,label  or  entity_key,timestamp,label; "
-        "a tenant column optional",
+        "a label is a class (1, setosa) or a numeric target (2.5); a tenant column optional",
     ),
     tolerance: float = typer.Option(
         60.0,

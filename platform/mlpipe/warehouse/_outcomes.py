@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 ACCEPTED_COLUMNS = ("request_id", "entity_key", "timestamp", "label", "tenant")
 DEFAULT_MATCH_TOLERANCE_S = 60.0
+# The columns of a matched file, as ``outcomes`` stores them.
+_MATCHED = ["request_id", "tenant", "outcome", "outcome_label", "outcome_ts"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,9 @@ def _read_frame(path: Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":
-            return pd.read_csv(path, dtype={"request_id": str, "entity_key": str, "tenant": str})
+            # labels as text, exactly as written ("2.50", "007", "setosa"): see _labels
+            text = {"request_id": str, "entity_key": str, "tenant": str, "label": str}
+            return pd.read_csv(path, dtype=text)
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path)
     except (ValueError, OSError) as exc:
@@ -100,14 +104,7 @@ def _validate(frame: pd.DataFrame, path: Path, tenant: str | None) -> tuple[pd.D
         raise InvalidInput(f"{path}: needs a 'request_id' column, or 'entity_key' and 'timestamp'")
     if frame.empty:
         raise InvalidInput(f"{path}: no rows")
-    labels = pd.to_numeric(frame["label"], errors="coerce")
-    bad = labels.isna() | ~labels.abs().lt(float("inf"))
-    if bad.any():
-        first = int(bad.to_numpy().nonzero()[0][0])
-        raise InvalidInput(
-            f"{path}: label on data row {first + 1} is {frame['label'].iloc[first]!r}, not a number"
-        )
-    frame = frame.assign(label=labels.astype(float))
+    frame = _labels(frame, path)
     if by == "entity_key+timestamp":
         ts = pd.to_datetime(frame["timestamp"], utc=True, errors="coerce")
         if ts.isna().any():
@@ -122,6 +119,28 @@ def _validate(frame: pd.DataFrame, path: Path, tenant: str | None) -> tuple[pd.D
     else:
         frame = frame.assign(request_id=frame["request_id"].astype(str))
     return _with_tenant(frame, path, tenant), by
+
+
+def _labels(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """The frame with ``label`` replaced by ``outcome`` (its number, NaN where it is not
+    one) and ``outcome_label`` (its text as the file gave it).
+
+    A label is a class (``1``, ``"setosa"``) or a target (``2.5``): any value but
+    an empty or missing one, or a number that is not finite.
+    """
+    import numpy as np
+    import pandas as pd
+
+    raw = frame["label"]
+    text = raw.astype(str).where(raw.notna(), "")
+    empty = (text.str.strip() == "").to_numpy()
+    numbers = pd.to_numeric(raw.where(~empty), errors="coerce").astype(float)
+    bad = empty | np.isinf(numbers.to_numpy())
+    if bad.any():
+        first = int(bad.nonzero()[0][0])
+        why = "missing" if empty[first] else f"{raw.iloc[first]!r}, not a finite number"
+        raise InvalidInput(f"{path}: label on data row {first + 1} is {why}")
+    return frame.drop(columns="label").assign(outcome=numbers, outcome_label=text)
 
 
 def _tenants_of(conn: sa.Connection, ids: list[str]) -> dict[str, set[str]]:
@@ -175,7 +194,7 @@ def _match_ids(conn: sa.Connection, frame: pd.DataFrame, path: Path) -> pd.DataF
         if shared:
             raise _ambiguous(path, "request id", shared[0], found[shared[0]], len(shared))
         frame = frame.assign(tenant=[next(iter(found[i])) for i in frame["request_id"]])
-    return frame.assign(outcome_ts=pd.NaT)[["request_id", "tenant", "label", "outcome_ts"]]
+    return frame.assign(outcome_ts=pd.NaT)[_MATCHED]
 
 
 def _logged_entities(conn: sa.Connection, frame: pd.DataFrame) -> pd.DataFrame:
@@ -230,8 +249,7 @@ def _match_entities(
             f"(first: entity_key={first['entity_key']} "
             f"at {first['timestamp']}); run `mlpipe warehouse sync` first, or check the file"
         )
-    merged = merged.rename(columns={"timestamp": "outcome_ts"})
-    return merged[["request_id", "tenant", "label", "outcome_ts"]]
+    return merged.rename(columns={"timestamp": "outcome_ts"})[_MATCHED]
 
 
 def load_outcomes(
@@ -244,8 +262,11 @@ def load_outcomes(
     """Load labels (CSV or Parquet) into ``outcomes``; loading a file twice changes nothing.
 
     ``tenant`` names the tenant of every row (the file then has no ``tenant``
-    column). Raises :class:`NotFound` for a missing file and :class:`InvalidInput`
-    for an unreadable file, unknown or missing columns, a non-numeric label, an
+    column). A label may be a class (``1``, ``setosa``) or a target (``2.5``):
+    ``outcome`` keeps its number (NULL where it is not one), ``outcome_label`` its
+    text. Raises :class:`NotFound` for a missing file and :class:`InvalidInput`
+    for an unreadable file, unknown or missing columns, an empty label or one that
+    is an infinite number, an
     empty tenant, rows that match no logged prediction (of their tenant), or,
     without a tenant, an id or entity key that more than one tenant logged; in
     every error case nothing is written.
@@ -284,7 +305,8 @@ def _insert(conn: sa.Connection, settings: Settings, matched: pd.DataFrame, sour
         {
             "request_id": matched["request_id"].astype(str),
             "tenant": matched["tenant"].astype(str),
-            "outcome": matched["label"].astype(float),
+            "outcome": matched["outcome"].astype(float),  # NaN: NULL
+            "outcome_label": matched["outcome_label"].astype(str),
             "outcome_ts": pd.to_datetime(matched["outcome_ts"]),
             "source": source,
             "loaded_at": datetime.now(UTC).replace(tzinfo=None),
@@ -294,11 +316,8 @@ def _insert(conn: sa.Connection, settings: Settings, matched: pd.DataFrame, sour
         raw = _engine.duckdb_connection(conn)
         raw.register("_mlpipe_outcomes", rows)
         try:
-            raw.execute(
-                "INSERT INTO outcomes (request_id, tenant, outcome, outcome_ts, source, loaded_at) "
-                "SELECT request_id, tenant, outcome, outcome_ts, source, loaded_at "
-                "FROM _mlpipe_outcomes"
-            )
+            cols = ", ".join(rows.columns)
+            raw.execute(f"INSERT INTO outcomes ({cols}) SELECT {cols} FROM _mlpipe_outcomes")
         finally:
             raw.unregister("_mlpipe_outcomes")
     else:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
@@ -107,8 +108,12 @@ def _result(columns: list[str], rows: list[tuple[Any, ...]], limit: int | None) 
 class PredictionWindow:
     """Predictions of one model in [start, end): base columns, and the logged features beside them.
 
-    ``rows`` has request_id, ts, arm, version, generation, score, label,
-    latency_ms, status and ``outcome`` (NaN where no label has arrived);
+    ``rows`` has request_id, ts, arm, version, generation, score, label (NaN
+    where none: a regression; integers where every row has one), latency_ms,
+    status, ``probabilities`` (a list of floats per multiclass row, None
+    otherwise), ``outcome`` (NaN where no label has arrived, or the label is not
+    a number) and ``outcome_label`` (the label as loaded, as text; None where
+    none has arrived);
     ``features`` has one column per logged model input, on the same index.
     ``entities`` (only when asked for) has ``entity_key`` and one column per
     logged entity field, values as logged. ``total`` counts the window before
@@ -122,6 +127,7 @@ class PredictionWindow:
     entities: pd.DataFrame | None = None
 
 
+_PROBABILITIES = msgspec.json.Decoder(list[list[float]])
 _BASE = [
     "request_id",
     "ts",
@@ -158,7 +164,14 @@ def prediction_window(
         cond.append(p.c.arm == arm)
     extra = [p.c.entity_key, p.c.entity] if with_entities else []
     stmt = (
-        sa.select(*(p.c[c] for c in _BASE), p.c.features, o.c.outcome, *extra)
+        sa.select(
+            *(p.c[c] for c in _BASE),
+            p.c.probabilities,
+            p.c.features,
+            o.c.outcome,
+            o.c.outcome_label,
+            *extra,
+        )
         .select_from(
             p.outerjoin(o, sa.and_(o.c.request_id == p.c.request_id, o.c.tenant == p.c.tenant))
         )
@@ -175,6 +188,11 @@ def prediction_window(
     frame = frame.drop(columns=["features"])
     frame["ts"] = pd.to_datetime(frame["ts"])
     frame["outcome"] = pd.to_numeric(frame["outcome"], errors="coerce")
+    frame["label"] = _nullable_label(frame["label"])
+    frame["probabilities"] = _decode_probabilities(frame["probabilities"])
+    frame["outcome_label"] = (
+        frame["outcome_label"].astype(object).where(frame["outcome_label"].notna(), None)
+    )
     return PredictionWindow(frame, features, int(total), sample is not None, entities)
 
 
@@ -233,6 +251,36 @@ def _decode_features(frame: pd.DataFrame) -> pd.DataFrame:
         else pd.DataFrame(index=frame.index)
     )
     return features.apply(pd.to_numeric, errors="coerce") if len(features.columns) else features
+
+
+def _nullable_label(label: pd.Series) -> pd.Series:
+    """Labels as integers where every row has one, else floats with NaN where there is none
+    (DuckDB hands a column with NULLs over as pandas' ``Int32``, PostgreSQL as objects)."""
+    import numpy as np
+    import pandas as pd
+
+    if label.isna().any():
+        return pd.to_numeric(label, errors="coerce").astype("float64")
+    if isinstance(label.dtype, np.dtype) and label.dtype.kind in "iu":
+        return label
+    return label.astype("int64")
+
+
+def _decode_probabilities(column: pd.Series) -> pd.Series:
+    """Each row's class probabilities as a list of floats, or None (not multiclass).
+
+    The JSON texts of a window are decoded in one call, and only where there are any.
+    """
+    import numpy as np
+    import pandas as pd
+
+    rows: list[list[float] | None] = [None] * len(column)
+    present = np.flatnonzero(column.notna().to_numpy())
+    if present.size:
+        text = "[" + ",".join(column.iloc[present].tolist()) + "]"
+        for i, row in zip(present.tolist(), _PROBABILITIES.decode(text), strict=True):
+            rows[i] = row
+    return pd.Series(rows, index=column.index, dtype=object)
 
 
 def models_in_warehouse(settings: Settings, notify: _engine.Notify | None = None) -> list[str]:

@@ -68,7 +68,7 @@ def _predictions(meta: sa.MetaData, name: str = "predictions") -> sa.Table:
         # JSON object: model inputs as used. Uncompressed in DuckDB (see _rebuild_predictions).
         sa.Column("features", sa.Text, nullable=False, info={"duckdb_compression": "uncompressed"}),
         sa.Column("score", sa.Double, nullable=False),
-        sa.Column("label", sa.Integer, nullable=False),
+        sa.Column("label", sa.Integer, nullable=True),  # None: regression (migration 7)
         sa.Column("latency_ms", sa.Double, nullable=False),
         sa.Column("feature_cache_hit", sa.Boolean, nullable=False),
         sa.Column("prediction_cache_hit", sa.Boolean, nullable=False),
@@ -76,6 +76,8 @@ def _predictions(meta: sa.MetaData, name: str = "predictions") -> sa.Table:
         sa.Column("status", sa.String, nullable=False),
         sa.Column("segment", sa.String, nullable=False),
         sa.Column("loaded_at", sa.DateTime, nullable=False),
+        # JSON list of class probabilities, multiclass only (migration 7)
+        sa.Column("probabilities", sa.Text, nullable=True),
         sa.PrimaryKeyConstraint("request_id", "tenant", "arm").ddl_if(callable_=_not_duckdb),
     )
 
@@ -84,16 +86,21 @@ predictions = _predictions(metadata)
 
 
 def _outcomes(meta: sa.MetaData, name: str = "outcomes") -> sa.Table:
-    """Ground truth, resolved when it is loaded to the request it labels: (request_id, tenant)."""
+    """Ground truth, resolved when it is loaded to the request it labels: (request_id, tenant).
+
+    ``outcome_label`` is the label as the file gave it, as text; ``outcome`` is
+    its number, NULL where it is not one (a class named ``setosa``; migration 7).
+    """
     return sa.Table(
         name,
         meta,
         sa.Column("request_id", sa.String, primary_key=True),
-        sa.Column("outcome", sa.Double, nullable=False),
+        sa.Column("outcome", sa.Double, nullable=True),
         sa.Column("outcome_ts", sa.DateTime, nullable=True),
         sa.Column("source", sa.String, nullable=False),
         sa.Column("loaded_at", sa.DateTime, nullable=False),
         sa.Column("tenant", sa.String, primary_key=True),  # migration 5
+        sa.Column("outcome_label", sa.Text, nullable=True),  # migration 7
     )
 
 
@@ -202,9 +209,15 @@ def _column_with_compression(element: CreateColumn, compiler: sa.sql.compiler.DD
 
 
 def _replace_predictions(conn: Connection, staging: sa.Table) -> None:
-    """Copy ``predictions`` into ``staging`` (created here), then put it in its place."""
+    """Copy ``predictions`` into ``staging`` (created here), then put it in its place.
+
+    Column by column: ``staging`` is the newest definition, which may have
+    columns a later migration adds to the table being copied (NULL until then).
+    """
+    have = _columns(conn, "predictions")
+    cols = ", ".join(c.name for c in staging.columns if c.name in have)
     staging.create(conn)
-    conn.exec_driver_sql(f"INSERT INTO {staging.name} SELECT * FROM predictions")
+    conn.exec_driver_sql(f"INSERT INTO {staging.name} ({cols}) SELECT {cols} FROM predictions")
     conn.exec_driver_sql("DROP TABLE predictions")
     conn.exec_driver_sql(f"ALTER TABLE {staging.name} RENAME TO predictions")
 
@@ -337,6 +350,42 @@ def _scope_by_tenant(conn: Connection) -> None:
 MIGRATIONS.append((5, "request ids keyed by tenant (predictions, outcomes)", _scope_by_tenant))
 MIGRATIONS.append(
     (6, "quarantine (lines of closed segments that did not load)", _create(quarantine))
+)
+
+
+# The text of an outcome loaded before migration 7: an integral number without ".0",
+# as a file of class labels most likely wrote it.
+_OUTCOME_TEXT = (
+    "CASE WHEN outcome = floor(outcome) AND abs(outcome) < 1e15 "
+    "THEN CAST(CAST(outcome AS BIGINT) AS VARCHAR) ELSE CAST(outcome AS VARCHAR) END"
+)
+
+
+def _task_columns(conn: Connection) -> None:
+    """Make room for every task (binary, multiclass, regression) in ``predictions`` and
+    ``outcomes``.
+
+    ``predictions.label`` becomes nullable (a regression has none) and gains
+    ``probabilities`` (multiclass); ``outcomes.outcome`` becomes nullable (a
+    class label that is not a number) and gains ``outcome_label``, which
+    existing outcomes take from their number. Both databases change the columns
+    in place; a table created by migration 1 after this change has them already.
+    """
+    for table, column, nullable in (
+        ("predictions", "probabilities", "label"),
+        ("outcomes", "outcome_label", "outcome"),
+    ):
+        conn.exec_driver_sql(f"ALTER TABLE {table} ALTER COLUMN {nullable} DROP NOT NULL")
+        if column not in _columns(conn, table):
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+    conn.exec_driver_sql(
+        f"UPDATE outcomes SET outcome_label = {_OUTCOME_TEXT} "
+        "WHERE outcome_label IS NULL AND outcome IS NOT NULL"
+    )
+
+
+MIGRATIONS.append(
+    (7, "task types: predictions.probabilities, outcomes.outcome_label", _task_columns)
 )
 HEAD = MIGRATIONS[-1][0]
 

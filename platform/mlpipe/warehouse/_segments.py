@@ -86,7 +86,7 @@ def unstorable(record: PredictionRecord) -> str | None:
             return f"{name} holds a NUL byte"
     for name in ("generation", "label"):
         value = getattr(record, name)
-        if not _INT32[0] <= value <= _INT32[1]:
+        if value is not None and not _INT32[0] <= value <= _INT32[1]:
             return f"{name} {value} is outside the warehouse's INTEGER range"
     if not TS_RANGE[0] <= record.ts < TS_RANGE[1]:
         return f"ts {record.ts!r} is outside the years 1-9999"
@@ -183,6 +183,13 @@ def _to_arrow(records: list[PredictionRecord], segment_of: list[str], now: datet
             "status": pa.array([r.status for r in records], pa.string()),
             "segment": pa.array(segment_of, pa.string()),
             "loaded_at": pa.array([now] * n, pa.timestamp("us")),
+            "probabilities": pa.array(
+                [
+                    None if r.probabilities is None else _ENCODE(r.probabilities).decode()
+                    for r in records
+                ],
+                pa.string(),
+            ),
         }
     )
 
@@ -195,7 +202,7 @@ _JSON_COLUMNS = (
     "version: 'VARCHAR', arm: 'VARCHAR', generation: 'INTEGER', entity_key: 'VARCHAR', "
     "entity: 'JSON', features: 'JSON', score: 'DOUBLE', label: 'INTEGER', latency_ms: 'DOUBLE', "
     "feature_cache_hit: 'BOOLEAN', prediction_cache_hit: 'BOOLEAN', features_missing: 'JSON', "
-    "status: 'VARCHAR'}"
+    "status: 'VARCHAR', probabilities: 'DOUBLE[]'}"
 )
 _REQUIRED = (
     "request_id",
@@ -209,7 +216,6 @@ _REQUIRED = (
     "entity",
     "features",
     "score",
-    "label",
     "latency_ms",
 )
 
@@ -238,6 +244,7 @@ def segments_sql(root: Path) -> str:
                coalesce(status, 'ok') AS status,
                substr(filename, {prefix}) AS segment,
                CAST($now AS TIMESTAMP) AS loaded_at,
+               CAST(to_json(probabilities) AS VARCHAR) AS probabilities,
                coalesce({valid} AND {no_nul} AND {in_range}
                  AND arm IN ('champion', 'canary', 'shadow')
                  AND coalesce(status, 'ok') IN ('ok', 'error', 'timeout')

@@ -54,6 +54,8 @@ def test_a_value_no_column_can_hold_is_named(changes: dict[str, object], reason:
         {"entity": {"customer_id": 2**64}, "features": {"a\x00": None}},  # JSON text: stored
         {"request_id": "tab\tand é"},  # other control characters are the gateway's to refuse
         {"ts": 0.0},
+        {"label": None, "score": 1e300},  # a regression: no label, any predicted value
+        {"label": 2, "probabilities": [0.1, 0.2, 0.7]},  # multiclass
     ],
 )
 def test_values_the_columns_hold_pass(changes: dict[str, object]) -> None:
