@@ -22,7 +22,6 @@ from mlpipe.errors import CheckFailed, InvalidInput
 pytestmark = pytest.mark.integration
 
 FEATURES = ["amount", "txn_count_7d", "age_days"]
-BINARY_ONLY = "mlpipe serves binary classifiers only for now"
 
 
 def _dataset(home: Path, classes: int = 2) -> tuple[Path, pd.DataFrame]:
@@ -137,7 +136,7 @@ def test_to_onnx_beyond_the_tolerance_or_of_an_onnx_version_registers_nothing(
     assert registry.show(settings, "graph").version == "1"
 
 
-def test_a_multiclass_model_is_refused_in_one_line_and_nothing_registered(
+def test_a_multiclass_model_registers_as_multiclass_and_never_as_binary(
     home: Path, settings: Any, cli: Any
 ) -> None:
     import joblib
@@ -146,13 +145,18 @@ def test_a_multiclass_model_is_refused_in_one_line_and_nothing_registered(
     data, frame = _dataset(home, classes=3)
     model = LogisticRegression(max_iter=500).fit(frame[FEATURES], frame["label"])
     joblib.dump(model, home / "multi.joblib")
-    result = cli("register", "iris", "--model", "multi.joblib", "--dataset", str(data))
+    args = ("register", "m3", "--model", "multi.joblib", "--dataset", str(data))
+    result = cli(*args, "--task", "binary")
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        f"error: this LogisticRegression has 3 classes: {BINARY_ONLY} (P(class 1) against a "
-        "threshold); multiclass and regression models are not supported yet"
+        "error: --task binary does not match the model: this LogisticRegression has 3 classes, "
+        "so it is multiclass (3 classes)"
     )
     assert registry.list_models(settings) == []
+    result = cli(*args, "--json")
+    assert result.returncode == 0, result.stderr
+    tags = json.loads(result.stdout)["tags"]
+    assert (tags["mlpipe.task"], tags["mlpipe.classes"]) == ("multiclass", "[0, 1, 2]")
 
 
 def test_dataset_mismatches_are_one_line_and_register_nothing(home: Path, settings: Any) -> None:

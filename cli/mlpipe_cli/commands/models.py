@@ -12,6 +12,7 @@ from mlpipe_cli.state import state
 
 if TYPE_CHECKING:
     from mlpipe.registry import VersionInfo
+    from mlpipe.tasks import Task
 
 models_app = typer.Typer(help="Read the model registry.", no_args_is_help=True)
 
@@ -36,6 +37,18 @@ def _parse_metrics(pairs: list[str]) -> dict[str, float]:
     return metrics
 
 
+def _parse_task(task: str | None) -> Task | None:
+    from mlpipe.errors import InvalidInput
+    from mlpipe.tasks import TASKS
+
+    if task is None:
+        return None
+    for known in TASKS:
+        if task == known:
+            return known
+    raise InvalidInput(f"--task is one of {', '.join(TASKS)}, got {task!r}")
+
+
 def register_version(
     name: str = typer.Argument(..., help="Registered model name."),
     model: Path | None = typer.Option(None, "--model", help="Model file or MLflow dir."),
@@ -47,7 +60,14 @@ def register_version(
         None, "--features", help="a,b,c: the model's input columns (default: all but the label)."
     ),
     metric: list[str] = typer.Option([], "--metric", help="KEY=VALUE, repeatable."),
-    threshold: float = typer.Option(0.5, "--threshold", help="Score at or above → label 1."),
+    threshold: float | None = typer.Option(
+        None, "--threshold", help="Binary only: P(class 1) at or above → label 1 (0.5)."
+    ),
+    task: str | None = typer.Option(
+        None,
+        "--task",
+        help="binary|multiclass|regression: what the model predicts, where it cannot tell.",
+    ),
     trust: list[str] = typer.Option([], "--trust", help="Extra skops type to trust."),
     quantize: str | None = typer.Option(
         None, "--quantize", help="fp16|bf16|int8: derive a version; --dataset is the eval set."
@@ -69,6 +89,11 @@ def register_version(
 
     if quantize is not None and to_onnx:
         raise InvalidInput("give one of --quantize or --to-onnx, not both")
+    if (quantize is not None or to_onnx) and (task is not None or threshold is not None):
+        raise InvalidInput(
+            "a derived version keeps its parent's task and threshold; "
+            "--task and --threshold go with --model or --run"
+        )
     if quantize is not None:
         info = registry.register_quantized(
             state.settings(), name, recipe=quantize, dataset=dataset, parent=parent, label=label,
@@ -94,6 +119,7 @@ def register_version(
         threshold=threshold,
         trust=tuple(trust),
         features=None if features is None else [f.strip() for f in features.split(",")],
+        task=_parse_task(task),
     )
     _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
 

@@ -1,7 +1,7 @@
 """The model registry (MLflow): register versions with lineage, read them, load them verified.
 
 Every version carries its lineage as tags (``mlpipe.*``: training data and
-feature definitions, artifact sha256, commit, flavor, threshold, metrics). A
+feature definitions, artifact sha256, commit, flavor, task, threshold, metrics). A
 serving process loads a version only after the artifact it downloads hashes to
 the registered value. A quantized or ONNX-converted version is a derived version
 naming its parent.

@@ -16,7 +16,7 @@ from mlpipe.registry._flavors import SUPPORTED, for_candidate
 from mlpipe.registry._lightgbm_flavor import LIGHTGBM_FILE, LIGHTGBM_SUFFIXES, LightGBMFlavor
 from mlpipe.registry._onnx_flavor import ONNX_FILE, ONNX_SUFFIXES, OnnxFlavor
 from mlpipe.registry._sklearn_flavor import SKOPS_FILE, SklearnFlavor
-from mlpipe.registry._torch_flavor import TORCH_FILE, TORCH_SUFFIXES, TorchFlavor
+from mlpipe.registry._torch_flavor import TORCH_FILE, TORCH_PT2_FILE, TORCH_SUFFIXES, TorchFlavor
 from mlpipe.registry._xgboost_flavor import XGBOOST_SUFFIXES, XGBoostFlavor
 
 FILES = (
@@ -40,7 +40,7 @@ def read_candidate(path: Path) -> Any:
     except InvalidInput as exc:
         raise InvalidInput(
             f"{path} holds a {type(model).__name__}, not a model mlpipe registers: it registers "
-            f"{SUPPORTED} (multiclass and regression models are not supported yet)"
+            f"{SUPPORTED}"
         ) from exc
     return model
 
@@ -83,7 +83,7 @@ def _read_mlflow_dir(path: Path) -> Any:
         return SklearnFlavor().read_mlflow_dir(path)
     if (path / "model.pkl").exists():
         return _read_pickle(path / "model.pkl")
-    if (path / TORCH_FILE).exists():
+    if (path / TORCH_FILE).exists() or (path / TORCH_PT2_FILE).exists():
         return _with_library("torch", lambda: TorchFlavor().read_mlflow_dir(path))
     if (path / LIGHTGBM_FILE).exists():
         return LightGBMFlavor().read_mlflow_dir(path)

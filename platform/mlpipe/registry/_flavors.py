@@ -17,6 +17,7 @@ from mlpipe.registry._onnx_flavor import OnnxFlavor
 from mlpipe.registry._sklearn_flavor import SklearnFlavor
 from mlpipe.registry._torch_flavor import TorchFlavor
 from mlpipe.registry._xgboost_flavor import XGBoostFlavor
+from mlpipe.tasks import Task
 
 # In the order a candidate is matched: XGBoost's classifier also has predict_proba,
 # and would otherwise go to the scikit-learn flavor (skops, which does not trust it).
@@ -28,8 +29,8 @@ FLAVORS: dict[str, type[ModelFlavor]] = {
     "torch": TorchFlavor,
 }
 SUPPORTED = (
-    "binary classifiers: scikit-learn/LightGBM/XGBoost (predict_proba), LightGBM and "
-    "XGBoost Boosters, ONNX graphs, torch modules"
+    "binary and multiclass classifiers (predict_proba) and regressors (predict) of "
+    "scikit-learn/LightGBM/XGBoost, LightGBM and XGBoost Boosters, ONNX graphs, torch modules"
 )
 
 
@@ -41,7 +42,6 @@ def for_candidate(model: Any) -> ModelFlavor:
             return flavor
     raise InvalidInput(
         f"a {type(model).__name__} is not a model mlpipe registers: it registers {SUPPORTED}"
-        " (multiclass and regression models are not supported yet)"
     )
 
 
@@ -54,12 +54,11 @@ def for_version(tags: dict[str, str]) -> ModelFlavor:
     return cls()
 
 
-def candidate_scorer(model: Any) -> Scorer:
-    """The vectorized ``X -> P(class 1)`` serving would use for ``model``, checked binary.
+def candidate_scorer(model: Any, declared: Task | None = None) -> Scorer:
+    """The vectorized scorer serving would use for ``model``, shaped for its task.
 
-    Raises InvalidInput for a model mlpipe does not register or one that is no
-    binary classifier.
+    Raises InvalidInput for a model mlpipe does not register, or one whose task
+    cannot be told or contradicts ``declared``.
     """
     flavor = for_candidate(model)
-    flavor.check_binary(model)
-    return flavor.scorer(model)
+    return flavor.scorer(model, flavor.task_of(model, declared))

@@ -18,15 +18,30 @@ import numpy as np
 
 from mlpipe.errors import InvalidInput
 from mlpipe.registry._client import first_line
-from mlpipe.registry._model_flavor import ModelFlavor, Scorer, not_binary
+from mlpipe.registry._model_flavor import ModelFlavor, Scorer, classifier_task, settled
+from mlpipe.tasks import Task, TaskSpec
 
 LIGHTGBM_SUFFIXES = (".txt",)
 LIGHTGBM_FILE = "model.lgb"
 _UNNAMED = re.compile(r"Column_\d+")
+MULTICLASS_OBJECTIVES = ("multiclass", "multiclassova")
+# Objectives whose prediction is the target's value (after the objective's own link).
+REGRESSION_OBJECTIVES = (
+    "regression",
+    "regression_l1",
+    "huber",
+    "fair",
+    "poisson",
+    "quantile",
+    "mape",
+    "gamma",
+    "tweedie",
+)
 
 
 class LightGBMFlavor(ModelFlavor):
-    """A native LightGBM Booster with the ``binary`` objective (one model per iteration)."""
+    """A native LightGBM Booster: ``binary`` (P(class 1)), ``multiclass``/``multiclassova``
+    (classes 0..K-1) or a regression objective (the predicted value)."""
 
     name = "lightgbm"
 
@@ -60,18 +75,31 @@ class LightGBMFlavor(ModelFlavor):
     def read_mlflow_dir(self, path: Path) -> Any:
         return self.read_file(path / LIGHTGBM_FILE)
 
-    def check_binary(self, model: Any) -> None:
+    def task_of(self, model: Any, declared: Task | None) -> TaskSpec:
         objective = booster_objective(model)
-        if model.num_model_per_iteration() != 1 or objective != "binary":
-            raise not_binary(f"this LightGBM Booster's objective is {objective or 'unknown'}")
+        what = f"this LightGBM Booster's objective is {objective or 'unknown'}"
+        per_iteration = model.num_model_per_iteration()
+        if objective == "binary" and per_iteration == 1:
+            return classifier_task((0, 1), declared, what)
+        if objective in MULTICLASS_OBJECTIVES:
+            return classifier_task(range(per_iteration), declared, what)
+        if objective in REGRESSION_OBJECTIVES and per_iteration == 1:
+            return settled(TaskSpec("regression"), declared, what)
+        raise InvalidInput(
+            f"{what}; mlpipe serves LightGBM Boosters with the binary, multiclass "
+            f"or a regression objective ({', '.join(REGRESSION_OBJECTIVES)})"
+        )
 
     def input_names(self, model: Any) -> list[str] | None:
         names = [str(n) for n in model.feature_name()]
         return None if all(_UNNAMED.fullmatch(n) for n in names) else names
 
-    def scorer(self, model: Any) -> Scorer:
+    def scorer(self, model: Any, task: TaskSpec | None = None) -> Scorer:
+        two_columns = model.num_model_per_iteration() == 2  # multiclass over 2 classes: binary
+
         def _booster(x: np.ndarray) -> np.ndarray:
-            return np.asarray(model.predict(x, num_threads=1), dtype=np.float64)
+            out = np.asarray(model.predict(x, num_threads=1), dtype=np.float64)
+            return out[:, 1] if two_columns else out
 
         return _booster
 

@@ -16,6 +16,7 @@ from mlpipe.registry._client import download_tree, mlflow_errors
 from mlpipe.registry._flavors import for_version
 from mlpipe.registry._read import show
 from mlpipe.registry._types import LoadedModel
+from mlpipe.tasks import TaskSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -45,16 +46,18 @@ def load_verified(settings: Settings, name: str, version: str) -> LoadedModel:
             )
         flavor = for_version(info.tags)
         model = flavor.load(local, info.tags)
+    threshold = float(info.tags.get(_tags.THRESHOLD, "0.5"))
     return LoadedModel(
         name=name,
         version=str(version),
         features=info.features,
         feature_service=info.tags.get(_tags.FEATURE_SERVICE),
-        threshold=float(info.tags.get(_tags.THRESHOLD, "0.5")),
+        threshold=threshold,
         artifact_sha256=expected,
         model=model,
         flavor=flavor.name,
         input_schema=info.input_schema,
+        task=TaskSpec.from_tags(info.tags, threshold),
     )
 
 

@@ -7,30 +7,28 @@ A flavor knows:
 - ``log(model, signature, tags)``: log it as the run's ``model`` artifact;
 - ``load(local, tags)``: load the downloaded, already verified, artifact dir;
 - ``read_mlflow_dir(path)``: read a candidate offered as an MLflow model directory;
-- ``check_binary(model)``: refuse (InvalidInput, one line) a model that is not a
-  binary classifier: serving gives P(class 1) against a threshold, so a
-  multiclass or regression model would be served wrong, silently;
+- ``task_of(model, declared)``: what the model predicts (binary, multiclass with
+  its classes, regression: a :class:`~mlpipe.tasks.TaskSpec`), inferred from the
+  model and checked against the task declared with ``--task``; a model whose
+  task cannot be told is refused (InvalidInput, one line) unless declared;
 - ``input_names(model)``: the input columns the model names, if it names them;
 
-and ``scorer(model)`` gives the vectorized ``X -> P(class 1)`` serving calls.
+and ``scorer(model, task)`` gives the vectorized ``X -> output`` serving calls,
+shaped as :mod:`mlpipe.tasks` says for the task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from mlpipe.errors import InvalidInput
+from mlpipe.tasks import ClassLabel, Task, TaskSpec
 
 Scorer = Callable[[np.ndarray], np.ndarray]
-
-BINARY_ONLY = (
-    "mlpipe serves binary classifiers only for now (P(class 1) against a threshold); "
-    "multiclass and regression models are not supported yet"
-)
 
 
 class ModelFlavor:
@@ -55,17 +53,55 @@ class ModelFlavor:
         """A candidate model from an MLflow model directory of this flavor."""
         raise NotImplementedError
 
-    def check_binary(self, model: Any) -> None:
-        """Raise InvalidInput (naming ``BINARY_ONLY``) unless ``model`` is a binary classifier."""
+    def task_of(self, model: Any, declared: Task | None) -> TaskSpec:
+        """What ``model`` predicts; raises InvalidInput (one line) when that cannot be told
+        or contradicts ``declared`` (the task given with ``--task``)."""
+        raise InvalidInput(
+            f"mlpipe cannot infer what this {self.name} model predicts; "
+            "pass --task binary|multiclass|regression"
+        )
 
     def input_names(self, model: Any) -> list[str] | None:
         """The model's input columns in order, or None if it does not name them."""
         return None
 
-    def scorer(self, model: Any) -> Scorer:
+    def scorer(self, model: Any, task: TaskSpec | None = None) -> Scorer:
         raise NotImplementedError
 
 
-def not_binary(what: str) -> InvalidInput:
-    """The one-line refusal of a model that is not a binary classifier."""
-    return InvalidInput(f"{what}: {BINARY_ONLY}")
+def settled(inferred: TaskSpec, declared: Task | None, what: str) -> TaskSpec:
+    """``inferred``, unless ``declared`` names another task: then InvalidInput, one line.
+
+    ``what`` names where the inference came from ("this LGBMClassifier has 3 classes").
+    """
+    if declared is not None and declared != inferred.task:
+        raise InvalidInput(
+            f"--task {declared} does not match the model: {what}, so it is {inferred.describe()}"
+        )
+    return inferred
+
+
+def classifier_task(
+    classes: Iterable[Any], declared: Task | None, what: str, threshold: float = 0.5
+) -> TaskSpec:
+    """Binary (2 classes) or multiclass (3 or more) over ``classes``, in the model's order."""
+    labels = plain_classes(classes)
+    if len(labels) < 2:
+        raise InvalidInput(f"{what} has {len(labels)} class; a classifier needs 2 or more")
+    task: Task = "binary" if len(labels) == 2 else "multiclass"
+    return settled(TaskSpec(task, labels, threshold), declared, f"{what} has {len(labels)} classes")
+
+
+def plain_classes(classes: Iterable[Any]) -> tuple[ClassLabel, ...]:
+    """Class labels as plain JSON-able Python values: integers (an integral float or a bool
+    too) stay integers, anything else becomes its text."""
+    labels: list[ClassLabel] = []
+    for c in classes:
+        value = c.item() if isinstance(c, np.generic) else c
+        if isinstance(value, bool | int):
+            labels.append(int(value))
+        elif isinstance(value, float) and value.is_integer():
+            labels.append(int(value))
+        else:
+            labels.append(str(value))
+    return tuple(labels)

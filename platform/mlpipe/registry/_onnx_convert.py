@@ -6,9 +6,16 @@ XGBoost (Boosters and their scikit-learn classifiers); a scikit-learn Pipeline
 ending in a LightGBM classifier converts with that converter registered in
 skl2onnx. Inputs are one float32 tensor ``[N, features]``.
 
-The converted graph is scored beside its parent on the evaluation dataset: the
-largest score difference is recorded (metric ``max_abs_score_delta``) and one
-beyond ``TOLERANCE`` refuses the registration (:class:`CheckFailed`, one line).
+Every task converts (binary and multiclass classifiers, regressors). The
+converted graph is scored beside its parent on the evaluation dataset, for the
+parent's task: the largest difference over every output (P(class 1), every
+class probability, every predicted value) is recorded (metric
+``max_abs_score_delta``). For a classifier one beyond ``TOLERANCE`` refuses the
+registration (:class:`CheckFailed`, one line); for a regression, whose values
+have the target's units and float32's relative precision, the difference is
+divided by the largest |prediction| of the parent first (metric
+``max_rel_score_delta``) and that is checked. The derived version carries the
+parent's task (``mlpipe.task``, ``mlpipe.classes``).
 Like a quantized version, the derived version keeps the parent's training
 lineage and adds ``mlpipe.parent_version``, ``mlpipe.parent_artifact_sha256``,
 ``mlpipe.eval_dataset``, ``mlpipe.eval_data_sha256``, and ``mlpipe.convert``
@@ -29,12 +36,15 @@ from mlpipe.registry import _tags
 from mlpipe.registry._client import first_line
 from mlpipe.registry._derived import lineage_tags, load_parent
 from mlpipe.registry._flavors import FLAVORS
+from mlpipe.registry._lightgbm_flavor import booster_objective
 from mlpipe.registry._onnx_flavor import OnnxFlavor
 from mlpipe.registry._register import read_dataset, register_model, require_columns, require_label
 from mlpipe.registry._types import VersionInfo
 from mlpipe.registry._xgboost_flavor import as_booster
+from mlpipe.tasks import TaskSpec
 
 TOLERANCE = 1e-4  # the largest |score delta| an ONNX version may differ from its parent by
+_SMALLEST_SCALE = 1e-12  # a regression predicting 0 everywhere is judged absolutely
 CONVERTIBLE = ("sklearn", "lightgbm", "xgboost")
 
 
@@ -66,14 +76,20 @@ def register_onnx(
     frame = read_dataset(Path(dataset))
     require_label(frame, label)
     require_columns(frame, loaded.features)
+    task = loaded.task
     converted, converter = convert_to_onnx(loaded.flavor, loaded.model, len(loaded.features))
     x = frame[loaded.features].to_numpy(dtype=np.float64)
-    delta = max_abs_delta(FLAVORS[loaded.flavor]().scorer(loaded.model), converted, x)
-    if not delta <= tolerance:
+    parent_scorer = FLAVORS[loaded.flavor]().scorer(loaded.model, task)
+    delta, scale = _deltas(parent_scorer, converted, x, task)
+    checked = delta / scale
+    if not checked <= tolerance:
+        relative = ""
+        if task.task == "regression":
+            relative = f" ({checked:.3g} of its largest prediction)"
         raise CheckFailed(
             f"the ONNX conversion of {name}/{parent_version} ({converter}) scores up to "
-            f"{delta:.3g} away from it on {Path(dataset).name} (tolerance {tolerance:g}); "
-            "not registered"
+            f"{delta:.3g} away from it{relative} on {Path(dataset).name} (tolerance "
+            f"{tolerance:g}); not registered"
         )
     tags = lineage_tags(source, Path(dataset))
     tags.update(
@@ -83,19 +99,51 @@ def register_onnx(
             _tags.CONVERT_TOLERANCE: repr(float(tolerance)),
         }
     )
-    tags.update(_tags.metric_tags({"max_abs_score_delta": delta}))
+    deltas = {"max_abs_score_delta": delta}
+    if task.task == "regression":
+        deltas["max_rel_score_delta"] = checked
+    tags.update(_tags.metric_tags(deltas))
     return register_model(
-        settings, name, converted, frame, loaded.features, label, tags, description=description
+        settings,
+        name,
+        converted,
+        frame,
+        loaded.features,
+        label,
+        tags,
+        description=description,
+        task=task,
     )
 
 
-def max_abs_delta(parent_scorer: Any, converted: Any, x: np.ndarray) -> float:
-    """The largest |P(class 1) difference| between the parent and the ONNX graph on ``x``."""
+def max_abs_delta(
+    parent_scorer: Any, converted: Any, x: np.ndarray, task: TaskSpec | None = None
+) -> float:
+    """The largest |output difference| between the parent and the ONNX graph on ``x``
+    (over every class probability of a multiclass model)."""
+    return _deltas(parent_scorer, converted, x, task or TaskSpec())[0]
+
+
+def _deltas(
+    parent_scorer: Any, converted: Any, x: np.ndarray, task: TaskSpec
+) -> tuple[float, float]:
+    """The largest |output difference| on ``x``, and the scale it is judged against: 1 for a
+    classifier's probabilities, the parent's largest |prediction| for a regression."""
     with warnings.catch_warnings():  # scikit-learn's feature-name warning on arrays
         warnings.simplefilter("ignore")
         before = np.asarray(parent_scorer(x), dtype=np.float64)
-    after = OnnxFlavor().scorer(converted)(x)
-    return float(np.max(np.abs(after - before))) if len(x) else 0.0
+    if not len(x):
+        return 0.0, 1.0
+    after = OnnxFlavor().scorer(converted, task)(x)
+    if after.shape != before.shape:
+        raise CheckFailed(
+            f"the ONNX conversion gives outputs of shape {list(after.shape)}, its parent "
+            f"{list(before.shape)}; not registered"
+        )
+    delta = float(np.max(np.abs(after - before)))
+    if task.task != "regression":
+        return delta, 1.0
+    return delta, max(float(np.max(np.abs(before))), _SMALLEST_SCALE)
 
 
 def convert_to_onnx(flavor: str, model: Any, n_features: int) -> tuple[Any, str]:
@@ -122,6 +170,8 @@ def _convert(flavor: str, model: Any, n_features: int) -> tuple[Any, str]:
     tool = f"onnxmltools=={onnxmltools.__version__}"
     if flavor == "xgboost":
         return onnxmltools.convert_xgboost(_unnamed(as_booster(model)), initial_types=inputs), tool
+    if flavor == "lightgbm":
+        model = _canonical_objective(model)
     if flavor == "lightgbm" or type(model).__module__.startswith("lightgbm."):
         return onnxmltools.convert_lightgbm(model, initial_types=inputs, zipmap=False), tool
     return _convert_sklearn(model, n_features)
@@ -135,11 +185,26 @@ def _convert_sklearn(model: Any, n_features: int) -> tuple[Any, str]:
     proto = skl2onnx.convert_sklearn(
         model,
         initial_types=[("input", FloatTensorType([None, n_features]))],
-        options={"zipmap": False},
+        options={"zipmap": False} if hasattr(model, "predict_proba") else None,
         # ai.onnx.ml 3: what skl2onnx writes, and the most it accepts from onnxmltools' converters
         target_opset={"": skl2onnx.get_latest_tested_opset_version(), "ai.onnx.ml": 3},
     )
     return proto, f"skl2onnx=={skl2onnx.__version__}"
+
+
+def _canonical_objective(booster: Any) -> Any:
+    """A copy of a LightGBM Booster naming its objective as its model file does.
+
+    The converter reads the objective as it was given (an alias such as ``l2``
+    is refused); the model file's header holds LightGBM's own name (``regression``).
+    """
+    import lightgbm
+
+    copy = lightgbm.Booster(model_str=booster.model_to_string())
+    objective = booster_objective(copy)
+    if objective:
+        copy.params = {**copy.params, "objective": objective}
+    return copy
 
 
 def _unnamed(booster: Any) -> Any:

@@ -9,10 +9,18 @@ Inputs and outputs come from the graph:
 
 - inputs: one 2-D tensor takes every feature in order (cast to the tensor's
   element type); several inputs take one feature each, by name, as ``[N, 1]``;
-- output: the probability output is a ``seq(map)`` (scikit-learn's ZipMap) or a
-  float tensor, preferring one whose name says ``prob``; P(class 1) is its
-  second class (a ``[N, 2]`` column 1, a map's second key), or the value itself
-  for ``[N]`` / ``[N, 1]``. Label outputs (integer or string tensors) are skipped.
+- output: the scored output is a ``seq(map)`` (scikit-learn's ZipMap) or a
+  float tensor, preferring one whose name says ``prob``. Label outputs (integer
+  or string tensors) are not scored, but say the graph is a classifier.
+
+The task (see :mod:`mlpipe.tasks`) comes from the graph: a classifier (a label
+output beside the probabilities, or a ZipMap) with 2 classes is binary (P(class 1)
+is the second class: a ``[N, 2]`` column 1, a map's second key), with more it is
+multiclass; its classes are the converter's ``classlabels_int64s`` /
+``classlabels_strings`` attributes where the graph has them, else 0..K-1. A plain
+float output ``[N, K]`` (K ≥ 2) is a classifier over 0..K-1. One value per row
+(``[N]`` or ``[N, 1]``) is either P(class 1) or a regression: the graph cannot
+tell, so registration asks for ``--task binary`` or ``--task regression``.
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ import numpy as np
 
 from mlpipe.errors import InvalidInput
 from mlpipe.registry._client import first_line
-from mlpipe.registry._model_flavor import ModelFlavor, Scorer, not_binary
+from mlpipe.registry._model_flavor import ModelFlavor, Scorer, classifier_task, settled
+from mlpipe.tasks import ClassLabel, Task, TaskSpec
 
 ONNX_SUFFIXES = (".onnx",)
 ONNX_FILE = "model.onnx"
+_LABEL_TYPES = ("tensor(int64)", "tensor(string)")
 _DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64}
 
 
@@ -40,11 +50,12 @@ class OnnxModel:
     inputs: list[tuple[str, Any]]  # (name, numpy dtype) in graph order
     output: str
     zipmap: bool
-    width: int | None  # columns of a tensor output, when the graph states them
+    width: int | None  # columns of a tensor output (1 for [N]), when the graph states them
+    labelled: bool = False  # the graph also outputs a class label (a classifier)
 
 
 class OnnxFlavor(ModelFlavor):
-    """An ONNX binary classifier, scored with ONNX Runtime."""
+    """An ONNX classifier or regressor, scored with ONNX Runtime."""
 
     name = "onnx"
 
@@ -88,22 +99,42 @@ class OnnxFlavor(ModelFlavor):
     def read_mlflow_dir(self, path: Path) -> Any:
         return self.read_file(path / ONNX_FILE)
 
-    def check_binary(self, model: Any) -> None:
+    def task_of(self, model: Any, declared: Task | None) -> TaskSpec:
         graph = as_session_model(model)
-        if graph.width is not None and graph.width > 2:
-            raise not_binary(f"this ONNX graph's output {graph.output!r} has {graph.width} classes")
+        what = f"this ONNX graph's output {graph.output!r}"
+        if graph.zipmap or graph.labelled or (graph.width or 0) >= 2:
+            classes = _class_labels(model, graph.width)
+            if classes is None:
+                raise InvalidInput(
+                    f"{what} is a classifier's, but the graph names no class labels and does "
+                    "not state how many classes it has"
+                )
+            return classifier_task(classes, declared, what)
+        width = "is one number per row" if graph.width == 1 else "states no width"
+        one_value = f"{what} {width}"
+        if declared == "binary":
+            return TaskSpec("binary")
+        if declared == "regression":
+            return TaskSpec("regression")
+        if declared == "multiclass":
+            return settled(TaskSpec("binary"), declared, f"{one_value}, P(class 1) at most")
+        raise InvalidInput(
+            f"{one_value}: P(class 1) of a binary classifier or a regression's prediction; "
+            "say which with --task binary or --task regression"
+        )
 
     def input_names(self, model: Any) -> list[str] | None:
         inputs = as_session_model(model).inputs
         return [name for name, _ in inputs] if len(inputs) > 1 else None
 
-    def scorer(self, model: Any) -> Scorer:
+    def scorer(self, model: Any, task: TaskSpec | None = None) -> Scorer:
         graph = as_session_model(model)
+        kind = "binary" if task is None else task.task
 
         def _score(x: np.ndarray) -> np.ndarray:
             feeds = _feeds(graph, x)
             (out,) = graph.session.run([graph.output], feeds)
-            return _positive(graph, out, len(x))
+            return _shaped(graph, out, len(x), kind)
 
         return _score
 
@@ -139,15 +170,20 @@ def session_model(data: bytes) -> OnnxModel:
 
 
 def _with_output(session: Any, inputs: list[tuple[str, Any]]) -> OnnxModel:
-    candidates = [o for o in session.get_outputs() if _is_probability(o.type)]
+    outputs = session.get_outputs()
+    candidates = [o for o in outputs if _is_probability(o.type)]
     if not candidates:
-        kinds = ", ".join(f"{o.name}: {o.type}" for o in session.get_outputs())
-        raise InvalidInput(f"the ONNX graph has no probability output (outputs: {kinds})")
+        kinds = ", ".join(f"{o.name}: {o.type}" for o in outputs)
+        raise InvalidInput(f"the ONNX graph has no float or probability output (outputs: {kinds})")
     named = [o for o in candidates if "prob" in o.name.lower()]
     output = (named or candidates)[-1]
     shape = output.shape if output.type.startswith("tensor") else []
     width = shape[1] if len(shape) == 2 and isinstance(shape[1], int) else None
-    return OnnxModel(session, inputs, output.name, output.type.startswith("seq(map"), width)
+    if len(shape) == 1:
+        width = 1
+    labelled = any(o.type in _LABEL_TYPES for o in outputs)
+    zipmap = output.type.startswith("seq(map")
+    return OnnxModel(session, inputs, output.name, zipmap, width, labelled)
 
 
 def _is_probability(kind: str) -> bool:
@@ -166,15 +202,44 @@ def _feeds(graph: OnnxModel, x: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def _positive(graph: OnnxModel, out: Any, rows: int) -> np.ndarray:
-    """P(class 1) per row from the probability output."""
+def _shaped(graph: OnnxModel, out: Any, rows: int, task: Task) -> np.ndarray:
+    """The output as the task's shape: P(class 1), class probabilities or values."""
     if graph.zipmap:
-        if out and len(out[0]) != 2:
-            raise not_binary(f"this ONNX graph's output {graph.output!r} has {len(out[0])} classes")
-        return np.fromiter((list(row.values())[1] for row in out), np.float64, count=rows)
+        if task == "binary":
+            return np.fromiter((list(row.values())[1] for row in out), np.float64, count=rows)
+        return np.asarray([list(row.values()) for row in out], dtype=np.float64)
     scores = np.asarray(out, dtype=np.float64)
-    if scores.ndim == 2 and scores.shape[1] == 2:
+    if task == "multiclass":
+        return scores
+    if task == "binary" and scores.ndim == 2 and scores.shape[1] == 2:
         return scores[:, 1]
-    if scores.ndim == 2 and scores.shape[1] > 2:
-        raise not_binary(f"this ONNX graph's output {graph.output!r} has {scores.shape[1]} classes")
     return scores.reshape(-1)
+
+
+def _class_labels(model: Any, width: int | None) -> tuple[ClassLabel, ...] | range | None:
+    """The classes the graph's classifier (or ZipMap) node names, else 0..width-1."""
+    labels = _named_labels(model)
+    if labels is not None and (width is None or len(labels) == width):
+        return tuple(labels)
+    return range(width) if width is not None and width >= 2 else None
+
+
+def _named_labels(model: Any) -> list[ClassLabel] | None:
+    """``classlabels_int64s``/``classlabels_strings`` of the graph's ZipMap or classifier node
+    (None for a loaded graph, which keeps no ModelProto, or a graph without them)."""
+    graph = getattr(model, "graph", None)
+    if graph is None or not hasattr(graph, "node"):
+        return None
+    found: list[ClassLabel] | None = None
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.name == "classlabels_int64s" and attr.ints:
+                labels: list[ClassLabel] = [int(v) for v in attr.ints]
+            elif attr.name == "classlabels_strings" and attr.strings:
+                labels = [v.decode("utf-8") for v in attr.strings]
+            else:
+                continue
+            if node.op_type == "ZipMap":
+                return labels
+            found = found or labels
+    return found

@@ -2,13 +2,15 @@
 
 Every version carries, as tags: the training data's sha256, the FeatureService
 and the sha256 of its definition, the model's input features, the artifact's
-sha256, the git commit, the skops types it is trusted to load, its decision
-threshold and its metrics (see ``_tags``). Nothing is written before every
-check has passed.
+sha256, the git commit, the skops types it is trusted to load, its task
+(``mlpipe.task``, and ``mlpipe.classes`` for a classifier: see :mod:`mlpipe.tasks`),
+its decision threshold (binary only) and its metrics (see ``_tags``). Nothing is
+written before every check has passed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tempfile
@@ -26,6 +28,7 @@ from mlpipe.registry._flavors import for_candidate
 from mlpipe.registry._input_schema import UNSEEN, InputColumn, InputSchema, infer_schema
 from mlpipe.registry._model_flavor import ModelFlavor
 from mlpipe.registry._types import VersionInfo
+from mlpipe.tasks import OutputError, Task, TaskSpec
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,34 +48,53 @@ def register(
     feature_service: str | None = None,
     label: str = "label",
     metrics: dict[str, float] | None = None,
-    threshold: float = 0.5,
+    threshold: float | None = None,
     trust: tuple[str, ...] = (),
     description: str | None = None,
     features: list[str] | None = None,
+    task: Task | None = None,
 ) -> VersionInfo:
     """Register a new version of ``name`` with full lineage and return it.
 
     ``features`` names the model's inputs among the dataset's columns (default:
-    the columns the model names, else every column but the label). Raises
+    the columns the model names, else every column but the label). The task
+    (binary, multiclass, regression) is inferred from the model; ``task``
+    declares it where the model cannot tell and is checked where it can.
+    ``threshold`` (default 0.5) applies to binary classifiers only. Raises
     NotFound (model path, run or dataset missing; unknown feature service) and
-    InvalidInput (not a classifier, untrusted types, dataset lacks the model's
-    features or the label, bad threshold, the model fails on the dataset as
-    serving would score it). Nothing is written before all checks pass.
+    InvalidInput (a model mlpipe does not register, a task it cannot tell or
+    one that contradicts ``task``, a threshold for a model that is not binary,
+    untrusted types, dataset lacks the model's features or the label, bad
+    threshold, the model fails on the dataset as serving would score it).
+    Nothing is written before all checks pass.
     """
     if (model_path is None) == (run_id is None):
         raise InvalidInput("give exactly one of --model PATH or --run RUN_ID")
-    if not 0.0 < threshold < 1.0:
+    if threshold is not None and not 0.0 < threshold < 1.0:
         raise InvalidInput(f"--threshold must be between 0 and 1, got {threshold:g}")
     _check_name(name)
     model = _read_model(settings, model_path, run_id)
     flavor = for_candidate(model)
-    flavor.check_binary(model)
+    spec = _with_threshold(flavor.task_of(model, task), threshold)
     frame = read_dataset(dataset)
     inputs = _model_features(flavor, model, frame, label, features)
-    tags = _lineage_tags(settings, dataset, feature_service, inputs, threshold, metrics or {})
+    tags = _lineage_tags(settings, dataset, feature_service, inputs, spec, metrics or {})
     if run_id:
         tags[_tags.SOURCE_RUN] = run_id
-    return register_model(settings, name, model, frame, inputs, label, tags, trust, description)
+    return register_model(
+        settings, name, model, frame, inputs, label, tags, trust, description, task=spec
+    )
+
+
+def _with_threshold(spec: TaskSpec, threshold: float | None) -> TaskSpec:
+    """``spec`` with the --threshold given; refused (one line) for a model not binary."""
+    if threshold is None:
+        return spec
+    if spec.task != "binary":
+        raise InvalidInput(
+            f"--threshold applies to binary classifiers; this model is {spec.describe()}"
+        )
+    return dataclasses.replace(spec, threshold=threshold)
 
 
 def register_model(
@@ -85,17 +107,27 @@ def register_model(
     tags: dict[str, str],
     trust: tuple[str, ...] = (),
     description: str | None = None,
+    *,
+    task: TaskSpec | None = None,
 ) -> VersionInfo:
     """Log an in-memory ``model`` with ``tags`` (lineage already filled in) as a new version.
 
-    The flavor comes from the object (see ``_flavors``). Raises InvalidInput if
-    it is no model mlpipe registers, no binary classifier, fails on the data or
-    its scores on the data are no probabilities.
+    The flavor comes from the object (see ``_flavors``); the task is ``task``
+    (a derived version passes its parent's), checked against the model's, or
+    inferred from the model. The task is recorded as tags, the threshold only
+    for a binary model. Raises InvalidInput if it is no model mlpipe registers,
+    its task cannot be told or differs from ``task``, it fails on the data or
+    its output on the data does not fit its task.
     """
     flavor = for_candidate(model)
-    flavor.check_binary(model)
+    spec = _task_for(flavor, model, task)
     tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
-    signature, reference, schema = _signature_and_reference(flavor, model, frame, features, label)
+    tags.update(spec.to_tags())
+    if spec.task != "binary":
+        tags.pop(_tags.THRESHOLD, None)
+    signature, reference, schema = _signature_and_reference(
+        flavor, model, frame, features, label, spec
+    )
     tags[_tags.INPUT_SCHEMA] = schema.to_json()
     mv = _registration.log_and_register(
         settings,
@@ -108,6 +140,20 @@ def register_model(
         description=description,
     )
     return VersionInfo.from_mlflow(mv)
+
+
+def _task_for(flavor: ModelFlavor, model: Any, given: TaskSpec | None) -> TaskSpec:
+    """``given`` once the model agrees with it (task and number of classes), else the
+    model's own task."""
+    if given is None:
+        return flavor.task_of(model, None)
+    inferred = flavor.task_of(model, given.task)
+    if len(inferred.classes) != len(given.classes):
+        raise InvalidInput(
+            f"the {flavor.name} model has {len(inferred.classes)} classes, but its task "
+            f"says {given.describe()}"
+        )
+    return given
 
 
 # ASCII only, so that "fraud" with a Cyrillic "а" is not a second model that looks like it;
@@ -209,15 +255,17 @@ def _lineage_tags(
     dataset: Path,
     feature_service: str | None,
     features: list[str],
-    threshold: float,
+    task: TaskSpec,
     metrics: dict[str, float],
 ) -> dict[str, str]:
     tags = {
         _tags.DATA_SHA256: _lineage.file_sha256(Path(dataset)),
         _tags.DATASET: Path(dataset).name,
         _tags.FEATURES: json.dumps(features),
-        _tags.THRESHOLD: repr(float(threshold)),
+        **task.to_tags(),
     }
+    if task.task == "binary":
+        tags[_tags.THRESHOLD] = repr(float(task.threshold))
     if feature_service:
         spec = describe_service(settings, feature_service)
         tags[_tags.FEATURE_SERVICE] = feature_service
@@ -230,17 +278,24 @@ def _lineage_tags(
 
 
 def _signature_and_reference(
-    flavor: ModelFlavor, model: Any, frame: pd.DataFrame, features: list[str], label: str
+    flavor: ModelFlavor,
+    model: Any,
+    frame: pd.DataFrame,
+    features: list[str],
+    label: str,
+    task: TaskSpec,
 ) -> tuple[Any, pd.DataFrame, InputSchema]:
     """The model's MLflow signature, the training reference sample and the input schema.
 
     The schema's ``frame`` (how serving scores it) is found by scoring the
-    dataset's first rows the way serving would (:func:`_fit_schema`).
+    dataset's first rows the way serving would (:func:`_fit_schema`). The
+    reference keeps the label column as the dataset gives it (class names,
+    numeric targets).
     """
     from mlflow.models import infer_signature
 
     x = frame[features]
-    schema, scores = _fit_schema(flavor, model, x)
+    schema, scores = _fit_schema(flavor, model, x, task)
     with warnings.catch_warnings():  # MLflow's hint about integer columns, on every call
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
         signature = infer_signature(x.head(SAMPLE_ROWS), scores)
@@ -249,8 +304,20 @@ def _signature_and_reference(
     return signature, reference, schema
 
 
-def _fit_schema(flavor: ModelFlavor, model: Any, x: pd.DataFrame) -> tuple[InputSchema, np.ndarray]:
-    """The schema of the inputs ``x`` and the scores of its first rows, scored as serving will.
+class _Scoring:
+    """A candidate scored as serving will score it: its flavor's scorer for its task."""
+
+    def __init__(self, flavor: ModelFlavor, model: Any, task: TaskSpec) -> None:
+        self.flavor = flavor
+        self.task = task
+        self.score = flavor.scorer(model, task)
+
+
+def _fit_schema(
+    flavor: ModelFlavor, model: Any, x: pd.DataFrame, task: TaskSpec | None = None
+) -> tuple[InputSchema, np.ndarray]:
+    """The schema of the inputs ``x`` and the scores of its first rows, scored as serving will
+    for ``task`` (default: the model's own).
 
     All-numeric inputs are tried on a float array first (serving's fast path);
     a model that fails on it (a ColumnTransformer selecting columns by name) or
@@ -260,33 +327,34 @@ def _fit_schema(flavor: ModelFlavor, model: Any, x: pd.DataFrame) -> tuple[Input
     """
     import numpy as np
 
+    scoring = _Scoring(flavor, model, task or flavor.task_of(model, None))
     schema = infer_schema(x)  # the categories seen in the whole dataset
     x = x.head(SAMPLE_ROWS)
     if schema.numeric:
         try:
             array = x.to_numpy(dtype=np.float64)  # as serving builds it
-            return schema, _check_scores(flavor, model, array, list(x.columns))
+            return schema, _check_scores(scoring, array, list(x.columns))
         except InvalidInput as array_failure:
             try:
-                return _frame_scores(flavor, model, schema.with_frame(True), x)
+                return _frame_scores(scoring, schema.with_frame(True), x)
             except InvalidInput:
                 raise array_failure from None
-    return _frame_scores(flavor, model, schema.with_frame(True), x)
+    return _frame_scores(scoring, schema.with_frame(True), x)
 
 
 def _frame_scores(
-    flavor: ModelFlavor, model: Any, schema: InputSchema, x: pd.DataFrame
+    scoring: _Scoring, schema: InputSchema, x: pd.DataFrame
 ) -> tuple[InputSchema, np.ndarray]:
     rows = [
         [_as_served(c, v) for c, v in zip(schema.columns, row, strict=True)]
         for row in x.itertuples(index=False)
     ]
-    scores = _check_scores(flavor, model, schema.to_frame(rows), schema.names)
+    scores = _check_scores(scoring, schema.to_frame(rows), schema.names)
     opened = set()
     for i, column in enumerate(schema.columns):
         if column.kind == "string" and column.categories is not None and rows:
             probe = [[*rows[0][:i], UNSEEN, *rows[0][i + 1 :]]]
-            if _scores_quietly(flavor, model, schema.to_frame(probe)):
+            if _scores_quietly(scoring, schema.to_frame(probe)):
                 opened.add(column.name)
     return schema.opened(opened), scores
 
@@ -300,38 +368,46 @@ def _as_served(column: InputColumn, value: Any) -> Any:
     return column.check(value.item() if hasattr(value, "item") else value)
 
 
-def _scores_quietly(flavor: ModelFlavor, model: Any, x: Any) -> bool:
-    """Whether ``model`` gives one probability for the one row of ``x``."""
-    import numpy as np
-
+def _scores_quietly(scoring: _Scoring, x: Any) -> bool:
+    """Whether the model gives its task's output for the one row of ``x``."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            scores = np.asarray(flavor.scorer(model)(x), dtype=np.float64)
+            scoring.task.check_output(scoring.score(x), 1)
     except Exception:  # noqa: BLE001 - refusing the value is what is being probed
         return False
-    return scores.shape == (1,) and bool(np.isfinite(scores).all())
+    return True
 
 
-def _check_scores(flavor: ModelFlavor, model: Any, x: Any, columns: list[str]) -> np.ndarray:
+def _check_scores(scoring: _Scoring, x: Any, columns: list[str]) -> np.ndarray:
+    """The output for the rows of ``x``, checked against the task (InvalidInput, one line)."""
     import numpy as np
 
+    name = scoring.flavor.name
     try:
         with warnings.catch_warnings():  # the model's own warnings are not the user's output
             warnings.simplefilter("ignore")
-            scores = np.asarray(flavor.scorer(model)(x))
+            out = scoring.score(x)
     except InvalidInput:
         raise
     except Exception as exc:  # noqa: BLE001 - any library's failure on the user's data
         raise InvalidInput(
-            f"the {flavor.name} model fails on the dataset's first rows, given the "
+            f"the {name} model fails on the dataset's first rows, given the "
             f"{len(columns)} columns {_listed(columns)}: "
             f"{type(exc).__name__}: {first_line(exc)}"
         ) from exc
-    if scores.shape != (len(x),) or not ((scores >= 0) & (scores <= 1)).all():
+    try:
+        return scoring.task.check_output(out, len(x))
+    except OutputError as exc:
+        head = np.asarray(out).reshape(-1)[:3].tolist() if np.size(out) else []
         raise InvalidInput(
-            f"the {flavor.name} model must give one probability in [0, 1] per row; on the "
-            f"dataset's first rows it gave shape {scores.shape}, values {scores[:3].tolist()}"
-            " (end a torch model with a sigmoid or softmax)"
-        )
-    return scores
+            f"the {name} model's output does not fit a {scoring.task.describe()} model: on "
+            f"the dataset's first rows {exc} (values {head}){_HINTS[scoring.task.task]}"
+        ) from exc
+
+
+_HINTS = {
+    "binary": " (end a torch model with a sigmoid or softmax)",
+    "multiclass": " (end a torch model with a softmax)",
+    "regression": "",
+}

@@ -23,7 +23,8 @@ import numpy as np
 
 from mlpipe.errors import InvalidInput
 from mlpipe.registry import _tags
-from mlpipe.registry._model_flavor import ModelFlavor, Scorer, not_binary
+from mlpipe.registry._model_flavor import ModelFlavor, Scorer, classifier_task, settled
+from mlpipe.tasks import Task, TaskSpec
 
 AUTO_TRUSTED_MODULES = (
     "sklearn.",
@@ -47,12 +48,13 @@ _DISTRIBUTIONS = {
 
 
 class SklearnFlavor(ModelFlavor):
-    """scikit-learn and LightGBM's scikit-learn API, stored with skops."""
+    """scikit-learn and LightGBM's scikit-learn API, stored with skops: classifiers with
+    ``predict_proba`` and ``classes_``, and regressors (``predict``)."""
 
     name = "sklearn"
 
     def accepts(self, model: Any) -> bool:
-        return hasattr(model, "predict_proba")
+        return hasattr(model, "predict_proba") or _is_regressor(model)
 
     def registration_tags(self, model: Any, trust: tuple[str, ...]) -> dict[str, str]:
         return {_tags.SKOPS_TRUSTED_TYPES: json.dumps(trusted_types_for(model, trust))}
@@ -80,17 +82,52 @@ class SklearnFlavor(ModelFlavor):
         untrusted = _skops_io().get_untrusted_types(file=skops_file)
         return load_skops(skops_file, _auto_trusted(untrusted, extra=()))
 
-    def check_binary(self, model: Any) -> None:
-        classes = getattr(model, "classes_", None)
-        if classes is not None and len(classes) != 2:
-            raise not_binary(f"this {type(model).__name__} has {len(classes)} classes")
+    def task_of(self, model: Any, declared: Task | None) -> TaskSpec:
+        what = f"this {type(model).__name__}"
+        classes = getattr(model, "classes_", None) if hasattr(model, "predict_proba") else None
+        if classes is not None:
+            return classifier_task(classes, declared, what)
+        if _is_regressor(model):
+            return settled(TaskSpec("regression"), declared, f"{what} is a regressor")
+        raise InvalidInput(
+            f"{what} has predict_proba but no classes_ (is it fitted?); mlpipe needs the "
+            "classes of a classifier"
+        )
 
     def input_names(self, model: Any) -> list[str] | None:
         names = getattr(model, "feature_names_in_", None)
         return [str(n) for n in names] if names is not None else None
 
-    def scorer(self, model: Any) -> Scorer:
-        return positive_scores(model)
+    def scorer(self, model: Any, task: TaskSpec | None = None) -> Scorer:
+        if task is None or task.task == "binary":
+            return positive_scores(model)
+        booster = getattr(model, "booster_", None)
+        if booster is not None:  # LightGBM's wrapper: its Booster, one thread (see below)
+            return _booster_scorer(booster)
+        if task.task == "multiclass":
+            return lambda x: np.asarray(model.predict_proba(x), dtype=np.float64)
+        return lambda x: np.asarray(model.predict(x), dtype=np.float64).reshape(len(x))
+
+
+def _is_regressor(model: Any) -> bool:
+    """Whether ``model`` (or a Pipeline's last step) is a scikit-learn-style regressor."""
+    if not hasattr(model, "predict") or hasattr(model, "predict_proba"):
+        return False
+    steps = getattr(model, "steps", None)
+    final = steps[-1][1] if steps else model
+    try:
+        from sklearn.base import is_regressor
+
+        return bool(is_regressor(final))
+    except Exception:  # noqa: BLE001 - an object sklearn cannot tag is not a regressor
+        return False
+
+
+def _booster_scorer(booster: Any) -> Scorer:
+    def _booster(x: np.ndarray) -> np.ndarray:
+        return np.asarray(booster.predict(x, num_threads=1), dtype=np.float64)
+
+    return _booster
 
 
 def _auto_trusted(untrusted: list[str], extra: tuple[str, ...]) -> list[str]:
@@ -142,11 +179,7 @@ def positive_scores(model: Any) -> Scorer:
     """
     booster = getattr(model, "booster_", None)
     if booster is not None and getattr(model, "n_classes_", 2) == 2:
-
-        def _booster(x: np.ndarray) -> np.ndarray:
-            return np.asarray(booster.predict(x, num_threads=1), dtype=np.float64)
-
-        return _booster
+        return _booster_scorer(booster)
 
     def _sklearn(x: np.ndarray) -> np.ndarray:
         return np.asarray(model.predict_proba(x)[:, 1], dtype=np.float64)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from mlpipe.registry import _tags
 from mlpipe.registry._flavors import FLAVORS
 from mlpipe.registry._input_schema import InputSchema
+from mlpipe.tasks import TaskSpec
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,6 +49,11 @@ class VersionInfo:
         return _tags.metrics(self.tags)
 
     @property
+    def task(self) -> TaskSpec:
+        """The version's task and classes (binary ``[0, 1]`` for versions that predate them)."""
+        return TaskSpec.from_tags(self.tags, float(self.tags.get(_tags.THRESHOLD, "0.5")))
+
+    @property
     def input_schema(self) -> InputSchema | None:
         """The typed inputs recorded at registration (None for versions registered before)."""
         text = self.tags.get(_tags.INPUT_SCHEMA)
@@ -81,6 +87,7 @@ class LoadedModel:
     model: Any = field(repr=False)
     flavor: str = "sklearn"
     input_schema: InputSchema | None = None
+    task: TaskSpec = field(default_factory=TaskSpec)
     frame_inputs: InputSchema | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
@@ -89,14 +96,15 @@ class LoadedModel:
             object.__setattr__(self, "frame_inputs", schema)
 
     def predict_scores(self, x: Any) -> np.ndarray:
-        """P(class 1) per row of ``x``, vectorized: a float array, columns in ``features``
-        order, or (``frame_inputs``) a DataFrame with the training names and dtypes."""
+        """The model's output for the rows of ``x``, vectorized, shaped by ``task`` (see
+        :mod:`mlpipe.tasks`): ``x`` is a float array, columns in ``features`` order, or
+        (``frame_inputs``) a DataFrame with the training names and dtypes."""
         return self._scorer(x)
 
     @property
     def _scorer(self) -> Any:
         scorer = self.__dict__.get("_cached_scorer")
         if scorer is None:
-            scorer = FLAVORS[self.flavor]().scorer(self.model)
+            scorer = FLAVORS[self.flavor]().scorer(self.model, self.task)
             object.__setattr__(self, "_cached_scorer", scorer)
         return scorer

@@ -19,15 +19,29 @@ import numpy as np
 
 from mlpipe.errors import InvalidInput
 from mlpipe.registry._client import first_line
-from mlpipe.registry._model_flavor import ModelFlavor, Scorer, not_binary
+from mlpipe.registry._model_flavor import ModelFlavor, Scorer, classifier_task, settled
+from mlpipe.tasks import Task, TaskSpec
 
 XGBOOST_SUFFIXES = (".json", ".ubj")
 XGBOOST_FILE = "model.ubj"
 BINARY_OBJECTIVES = ("binary:logistic",)
+# multi:softmax predicts the class index; its margins go through a softmax instead.
+MULTICLASS_OBJECTIVES = ("multi:softprob", "multi:softmax")
+REGRESSION_OBJECTIVES = (
+    "reg:squarederror",
+    "reg:squaredlogerror",
+    "reg:pseudohubererror",
+    "reg:absoluteerror",
+    "reg:logistic",
+    "reg:gamma",
+    "reg:tweedie",
+    "count:poisson",
+)
 
 
 class XGBoostFlavor(ModelFlavor):
-    """An XGBoost classifier whose objective gives P(class 1) (``binary:logistic``)."""
+    """An XGBoost model: ``binary:logistic`` (P(class 1)), ``multi:softprob``/``softmax``
+    (classes 0..K-1, as XGBoost requires) or a regression objective (the predicted value)."""
 
     name = "xgboost"
 
@@ -70,24 +84,45 @@ class XGBoostFlavor(ModelFlavor):
                 return self.read_file(path / name)
         raise InvalidInput(f"{path} holds no XGBoost model file (model.ubj/.json/.xgb)")
 
-    def check_binary(self, model: Any) -> None:
-        objective = _objective(as_booster(model))
-        if objective not in BINARY_OBJECTIVES:
-            raise not_binary(f"this XGBoost model's objective is {objective}")
+    def task_of(self, model: Any, declared: Task | None) -> TaskSpec:
+        booster = as_booster(model)
+        objective = _objective(booster)
+        what = f"this XGBoost model's objective is {objective}"
+        if objective in BINARY_OBJECTIVES:
+            return classifier_task((0, 1), declared, what)
+        if objective in MULTICLASS_OBJECTIVES:
+            return classifier_task(range(_num_class(booster)), declared, what)
+        if objective in REGRESSION_OBJECTIVES and _num_target(booster) == 1:
+            return settled(TaskSpec("regression"), declared, what)
+        raise InvalidInput(
+            f"{what}; mlpipe serves XGBoost models with binary:logistic, "
+            f"{'/'.join(MULTICLASS_OBJECTIVES)} or a one-target regression objective "
+            f"({', '.join(REGRESSION_OBJECTIVES)})"
+        )
 
     def input_names(self, model: Any) -> list[str] | None:
         names = as_booster(model).feature_names
         return [str(n) for n in names] if names else None
 
-    def scorer(self, model: Any) -> Scorer:
+    def scorer(self, model: Any, task: TaskSpec | None = None) -> Scorer:
         booster = as_booster(model)
         booster.set_param({"nthread": 1})
         best = booster.attr("best_iteration")
         iterations = (0, int(best) + 1) if best is not None else (0, 0)
+        softmax = _objective(booster) == "multi:softmax"
+        multiclass = task is not None and task.task == "multiclass"
 
         def _score(x: np.ndarray) -> np.ndarray:
-            scores = booster.inplace_predict(x, iteration_range=iterations, validate_features=False)
-            return np.asarray(scores, dtype=np.float64).reshape(-1)
+            kind = "margin" if softmax else "value"
+            out = booster.inplace_predict(
+                x, iteration_range=iterations, predict_type=kind, validate_features=False
+            )
+            out = np.asarray(out, dtype=np.float64)
+            if softmax:
+                out = _softmax(out)
+            if multiclass:
+                return out
+            return out[:, 1] if out.ndim == 2 and out.shape[1] == 2 else out.reshape(-1)
 
         return _score
 
@@ -101,3 +136,20 @@ def as_booster(model: Any) -> Any:
 def _objective(booster: Any) -> str:
     config = json.loads(booster.save_config())
     return str(config["learner"]["objective"]["name"])
+
+
+def _config(booster: Any) -> dict[str, Any]:
+    return dict(json.loads(booster.save_config())["learner"])
+
+
+def _num_class(booster: Any) -> int:
+    return int(_config(booster)["learner_model_param"]["num_class"])
+
+
+def _num_target(booster: Any) -> int:
+    return int(_config(booster)["learner_model_param"].get("num_target", 1))
+
+
+def _softmax(margins: np.ndarray) -> np.ndarray:
+    shifted = np.exp(margins - margins.max(axis=1, keepdims=True))
+    return np.asarray(shifted / shifted.sum(axis=1, keepdims=True))

@@ -1,8 +1,9 @@
-"""Model formats (issue 21 item 5): reading each file kind, scoring it, refusing non-binary models.
+"""Model formats (issue 21 item 5): reading each file kind, scoring it, refusing what is not served.
 
-No registry here: each flavor's reading, binary check and scorer against the
+No registry here: each flavor's reading, task inference and scorer against the
 real library that made the model (registration end to end is in
-tests/integration/test_formats.py).
+tests/integration/test_formats.py; multiclass and regression models of every
+flavor in test_task_inference.py).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from mlpipe.errors import InvalidInput
 from mlpipe.registry import convert_to_onnx
 from mlpipe.registry._candidate import read_candidate
 from mlpipe.registry._flavors import for_candidate
-
-BINARY_ONLY = "mlpipe serves binary classifiers only for now"
 
 
 def _data(classes: int = 2, rows: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -50,8 +49,7 @@ def _xgb_booster(objective: str = "binary:logistic", classes: int = 2) -> Any:
 
 def _scores(model: Any, x: np.ndarray) -> np.ndarray:
     flavor = for_candidate(model)
-    flavor.check_binary(model)
-    return flavor.scorer(model)(x)
+    return flavor.scorer(model, flavor.task_of(model, None))(x)
 
 
 def test_lightgbm_text_and_pickled_boosters_score_like_the_booster(tmp_path: Path) -> None:
@@ -131,37 +129,25 @@ def test_converted_graphs_agree_with_their_source(flavor: str) -> None:
     assert delta < 1e-5
 
 
-def test_multiclass_and_regression_models_are_refused_naming_what_is_served() -> None:
-    from sklearn.linear_model import LinearRegression, LogisticRegression
+def test_objectives_mlpipe_does_not_serve_are_refused_naming_what_it_serves() -> None:
+    from sklearn.svm import LinearSVC
 
-    x, y3 = _data(classes=3)
+    x, y = _data()
     refused = [
-        (LogisticRegression().fit(x, y3), "this LogisticRegression has 3 classes"),
-        (_lgb_booster(classes=3), "this LightGBM Booster's objective is multiclass"),
-        (_xgb_booster("multi:softprob", 3), "this XGBoost model's objective is multi:softprob"),
-        (_xgb_booster("reg:squarederror"), "objective is reg:squarederror"),
+        (_xgb_booster("binary:hinge"), "this XGBoost model's objective is binary:hinge; mlpipe "),
+        (_xgb_booster("rank:pairwise"), "this XGBoost model's objective is rank:pairwise; mlpipe"),
     ]
     for model, message in refused:
         with pytest.raises(InvalidInput, match=message) as raised:
-            for_candidate(model).check_binary(model)
-        assert BINARY_ONLY in str(raised.value) and "\n" not in str(raised.value)
-    with pytest.raises(InvalidInput, match="a LinearRegression is not a model mlpipe registers"):
-        for_candidate(LinearRegression().fit(x, y3))
-
-
-def test_a_multiclass_onnx_graph_is_refused() -> None:
-    import skl2onnx
-    from skl2onnx.common.data_types import FloatTensorType
-    from sklearn.linear_model import LogisticRegression
-
-    x, y3 = _data(classes=3)
-    proto = skl2onnx.convert_sklearn(
-        LogisticRegression().fit(x, y3),
-        initial_types=[("input", FloatTensorType([None, 4]))],
-        options={"zipmap": False},
-    )
-    with pytest.raises(InvalidInput, match=f"output 'probabilities' has 3 classes: {BINARY_ONLY}"):
-        for_candidate(proto).check_binary(proto)
+            for_candidate(model).task_of(model, None)
+        assert "multi:softprob/multi:softmax" in str(raised.value)
+        assert "\n" not in str(raised.value)
+    with pytest.raises(
+        InvalidInput,
+        match="a LinearSVC is not a model mlpipe registers: it "
+        "registers binary and multiclass classifiers",
+    ):
+        for_candidate(LinearSVC().fit(x, y))  # a classifier without probabilities
 
 
 @pytest.mark.parametrize(
