@@ -25,12 +25,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mlpipe import deployments, features, registry
 from mlpipe.errors import MlpipeError
 from mlpipe.routing import Router
+from mlpipe.tasks import TaskSpec
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -52,9 +53,13 @@ class VersionPlan:
     # The version's typed inputs when it is scored on a DataFrame (string inputs, columns
     # selected by name); None for the float-array path. Read once, here.
     frame_inputs: Any | None = field(init=False, default=None)
+    # What the version predicts and how its output reads (binary at the model's threshold
+    # for a model that names no task). Read once, here.
+    task: TaskSpec = field(init=False, default_factory=TaskSpec)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frame_inputs", getattr(self.model, "frame_inputs", None))
+        object.__setattr__(self, "task", _task_of(self.model))
 
     @property
     def version(self) -> str:
@@ -87,6 +92,11 @@ class ServingModel:
     generation: int
     router: Router
     versions: Mapping[str, VersionPlan]
+
+    @property
+    def task(self) -> TaskSpec:
+        """The champion's task: what the model's Open Inference Protocol outputs follow."""
+        return self.versions[self.router.champion].task
 
     def primary_versions(self) -> list[VersionPlan]:
         """The versions that answer requests (champion and, if set, canary)."""
@@ -261,6 +271,15 @@ class GenerationLoader:
                 logger.exception("deployment poll crashed; retrying")
             if self._stop.wait(interval):
                 return
+
+
+def _task_of(model: Any) -> TaskSpec:
+    """The loaded version's task, its binary cut at the version's own ``threshold``."""
+    task = getattr(model, "task", None) or TaskSpec()
+    threshold = getattr(model, "threshold", task.threshold)
+    if task.task == "binary" and task.threshold != threshold:
+        task = replace(task, threshold=float(threshold))
+    return task
 
 
 def _freeze_heap() -> None:

@@ -13,8 +13,11 @@ checked the body's type and size) and outside the overload gate and
   arrival; 429 with ``Retry-After`` when the rest are not there); then the
   rows are scored as one batch by the pipeline, ``together``: every row is
   answered and logged, or none is (decision 024). The answers are put back
-  together as output tensors ``score`` (FP64), ``label`` (INT64),
-  ``version``, ``arm`` and ``request_id`` (BYTES).
+  together as the output tensors of the deployed version's task
+  (binary ``score`` FP64 and ``label`` INT64; multiclass ``probabilities``
+  FP64 ``[N, K]`` and ``label``; regression ``prediction`` FP64; see
+  :mod:`mlpipe.serving._oip_codec`) and, when asked, ``version``, ``arm`` and
+  ``request_id`` (BYTES).
 
 An infer request is one request to admission: the front door refuses it
 (503) while the worker is saturated, as it refuses ``/predict``; it is scored
@@ -62,11 +65,14 @@ from mlpipe.serving._error_bodies import error_body
 from mlpipe.serving._gateway import Refused, admit, parse_request
 from mlpipe.serving._oip_codec import (
     ProtocolError,
+    check_shared,
     decode_request,
     encode_response,
     model_metadata,
+    outputs_of,
     request_rows,
     requested_outputs,
+    task_of,
 )
 from mlpipe.serving._oip_schema import PREFIX
 from mlpipe.serving._refusal import refuse
@@ -139,7 +145,9 @@ class InferenceProtocol:
             raise ProtocolError("Inference-Header-Content-Length: not a byte count")
         request = decode_request(body, int(header_len) if header_len else None)
         rows = request_rows(served, request, self.max_rows)
-        requested_outputs(request)  # refuse unknown outputs before anything is scored
+        outputs = outputs_of(task_of(served))
+        # refuse outputs unknown, or not shared by the versions that answer, before scoring
+        check_shared(served, requested_outputs(request, outputs))
         rt = _runtime.current()
         state = scope.get("state") or {}
         try:
@@ -165,7 +173,7 @@ class InferenceProtocol:
         elapsed = time.perf_counter() - started
         for answer in answers:
             rt.metrics.latency.labels(served.name, answer["arm"]).observe(elapsed)
-        await _reply(send, 200, *encode_response(served.name, request, answers))
+        await _reply(send, 200, *encode_response(served.name, request, answers, outputs))
 
 
 def _charge_rows(

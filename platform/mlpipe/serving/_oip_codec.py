@@ -7,6 +7,14 @@ tensors into one ``/predict`` body per row, by the model's inputs
 (:func:`model_metadata`); :func:`encode_response` puts the answers back
 together as output tensors, binary where the request asked. Everything a
 request can get wrong raises :class:`ProtocolError` with the status to answer.
+
+The outputs follow the task of the deployed version (:func:`outputs_of`):
+binary ``score`` (FP64) and ``label`` (INT64), as ever; multiclass
+``probabilities`` (FP64, ``[N, K]``, columns in the version's class order) and
+``label`` (the class: INT64 for integer classes, BYTES for named ones);
+regression ``prediction`` (FP64). ``version``, ``arm`` and ``request_id``
+(BYTES) can be asked for with any task (they name who answered); the metadata
+lists them after the task's outputs, as it always has.
 """
 
 from __future__ import annotations
@@ -22,15 +30,13 @@ from pydantic import ValidationError
 from mlpipe.registry import OIP_TYPES
 from mlpipe.serving._oip_schema import InferenceRequest
 from mlpipe.serving._schema import control_character, describe_validation_error
+from mlpipe.tasks import TaskSpec
 
 MATRIX_INPUT = "features"
-OUTPUTS = {
-    "score": "FP64",
-    "label": "INT64",
-    "version": "BYTES",
-    "arm": "BYTES",
-    "request_id": "BYTES",
-}
+# Who answered each row: asked for by name, with any task.
+ANSWERED_BY = {"version": "BYTES", "arm": "BYTES", "request_id": "BYTES"}
+# A binary model's outputs (a version that names no task is one).
+OUTPUTS = {"score": "FP64", "label": "INT64", **ANSWERED_BY}
 _NUMPY = {
     "BOOL": np.bool_,
     "UINT8": np.uint8,
@@ -80,19 +86,50 @@ def _input_types(served: Any) -> dict[str, str]:
     return types
 
 
+def task_of(served: Any) -> TaskSpec:
+    """The served model's task: its champion's (binary for one that names none)."""
+    return getattr(served, "task", None) or TaskSpec()
+
+
+def outputs_of(task: TaskSpec) -> dict[str, str]:
+    """Output name -> datatype for a model of ``task``: its predictions, then who answered."""
+    if task.task == "binary":
+        return OUTPUTS
+    if task.task == "regression":
+        return {"prediction": "FP64", **ANSWERED_BY}
+    named = any(isinstance(c, str) for c in task.classes)
+    return {"probabilities": "FP64", "label": "BYTES" if named else "INT64", **ANSWERED_BY}
+
+
 def model_metadata(served: Any) -> dict[str, Any]:
-    """``GET /v2/models/{name}``: versions answering now, the inputs they need, the outputs."""
+    """``GET /v2/models/{name}``: versions answering now, the inputs they need, the outputs
+    of their task (the ``parameters`` of a model that is not binary add its task, and a
+    multiclass one's classes in column order)."""
     features, keys = _inputs_of(served)
     types = _input_types(served)
+    task = task_of(served)
+    outputs = [
+        {"name": n, "datatype": t, "shape": _shape(task, n)}
+        for n, t in outputs_of(task).items()
+    ]
+    parameters: dict[str, Any] = {"generation": served.generation}
+    if task.task != "binary":
+        parameters["task"] = task.task
+    if task.task == "multiclass":
+        parameters["classes"] = list(task.classes)
     return {
         "name": served.name,
         "versions": [plan.version for plan in served.primary_versions()],
         "platform": "mlpipe",
         "inputs": [{"name": k, "datatype": "INT64", "shape": [-1]} for k in keys]
         + [{"name": f, "datatype": types.get(f, "FP64"), "shape": [-1]} for f in features],
-        "outputs": [{"name": n, "datatype": t, "shape": [-1]} for n, t in OUTPUTS.items()],
-        "parameters": {"generation": served.generation},
+        "outputs": outputs,
+        "parameters": parameters,
     }
+
+
+def _shape(task: TaskSpec, output: str) -> list[int]:
+    return [-1, len(task.classes)] if output == "probabilities" else [-1]
 
 
 def decode_request(body: bytes, header_len: int | None) -> dict[str, Any]:
@@ -238,33 +275,42 @@ def _entity_value(name: str, value: Any) -> int | str:
 
 
 def encode_response(
-    model: str, request: dict[str, Any], answers: list[dict[str, Any]]
+    model: str,
+    request: dict[str, Any],
+    answers: list[dict[str, Any]],
+    outputs: dict[str, str] = OUTPUTS,
 ) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    """(body, headers) of the infer response; binary tensors where the request asked."""
+    """(body, headers) of the infer response; binary tensors where the request asked.
+
+    ``outputs`` are the model's (:func:`outputs_of`). Versions that do not share them
+    are refused before scoring (:func:`check_shared`); should the answers still
+    disagree (a new generation of another task swapped in meanwhile), it is a
+    ProtocolError (500).
+    """
     wanted = request.get("outputs")
-    names = requested_outputs(request)
+    names = requested_outputs(request, outputs)
     binary_default = bool((request.get("parameters") or {}).get("binary_data_output", False))
     binary_of = dict.fromkeys(names, binary_default)
     for o in wanted or []:
         binary_of[o["name"]] = bool((o.get("parameters") or {}).get("binary_data", False))
     versions = sorted({str(a["version"]) for a in answers})
-    outputs: list[dict[str, Any]] = []
+    tensors: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for name in names:
-        dtype = OUTPUTS[name]
-        values = [a[name] for a in answers]
-        tensor: dict[str, Any] = {"name": name, "datatype": dtype, "shape": [len(values)]}
+        dtype = outputs[name]
+        values, shape = _tensor(name, answers)
+        tensor: dict[str, Any] = {"name": name, "datatype": dtype, "shape": shape}
         if binary_of[name]:
             blob = _to_binary(values, dtype)
             tensor["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
             tensor["data"] = values
-        outputs.append(tensor)
+        tensors.append(tensor)
     response: dict[str, Any] = {
         "model_name": model,
         "model_version": ",".join(versions),
-        "outputs": outputs,
+        "outputs": tensors,
         "parameters": {"generation": answers[0]["generation"]},
     }
     if request.get("id"):
@@ -279,17 +325,54 @@ def encode_response(
     return head + b"".join(blobs), headers
 
 
-def requested_outputs(request: dict[str, Any]) -> list[str]:
-    """The output names the request asks for (all when it names none); raises on unknown ones."""
+def _tensor(name: str, answers: list[dict[str, Any]]) -> tuple[list[Any], list[int]]:
+    """(flat row-major values, shape) of output ``name`` over the answers."""
+    try:
+        if name == "probabilities":
+            rows = [list(a[name].values()) for a in answers]
+            if len({len(row) for row in rows}) > 1:
+                raise KeyError(name)
+            return [p for row in rows for p in row], [len(rows), len(rows[0])]
+        return [a[name] for a in answers], [len(answers)]
+    except KeyError as exc:
+        raise ProtocolError(
+            f"output {name!r}: the deployed versions predict different tasks or classes; "
+            "ask for the outputs they share",
+            500,
+        ) from exc
+
+
+def check_shared(served: Any, names: list[str]) -> None:
+    """Refuse (500) model outputs that the answering versions do not share: a canary of
+    another task or other classes than its champion's. Checked before anything is scored."""
+    tasks = {
+        plan.version: getattr(plan, "task", None) or TaskSpec()
+        for plan in served.primary_versions()
+    }
+    if len({(t.task, t.classes) for t in tasks.values()}) < 2:
+        return
+    asked = [n for n in names if n not in ANSWERED_BY]
+    if asked:
+        each = ", ".join(f"{v}: {t.describe()}" for v, t in tasks.items())
+        raise ProtocolError(
+            f"outputs {asked}: the deployed versions of {served.name} predict differently "
+            f"({each}); ask only for {', '.join(ANSWERED_BY)}, or use /predict",
+            500,
+        )
+
+
+def requested_outputs(request: dict[str, Any], outputs: dict[str, str] = OUTPUTS) -> list[str]:
+    """The output names the request asks for (all of ``outputs`` when it names none);
+    raises on a name that is not one of them."""
     wanted = request.get("outputs")
     if not wanted:
-        return list(OUTPUTS)
+        return list(outputs)
     if not isinstance(wanted, list) or not all(isinstance(o, dict) for o in wanted):
         raise ProtocolError('outputs: a list of {"name": ...} objects')
     names = [o.get("name") for o in wanted]
-    unknown = [n for n in names if n not in OUTPUTS]
+    unknown = [n for n in names if n not in outputs]
     if unknown:
-        raise ProtocolError(f"outputs: unknown output(s) {unknown}; known: {', '.join(OUTPUTS)}")
+        raise ProtocolError(f"outputs: unknown output(s) {unknown}; known: {', '.join(outputs)}")
     return names
 
 
@@ -304,12 +387,16 @@ def _to_binary(values: list[Any], dtype: str) -> bytes:
 
 
 __all__ = [
+    "ANSWERED_BY",
     "MATRIX_INPUT",
     "OUTPUTS",
     "ProtocolError",
+    "check_shared",
     "decode_request",
     "encode_response",
     "model_metadata",
+    "outputs_of",
     "request_rows",
     "requested_outputs",
+    "task_of",
 ]

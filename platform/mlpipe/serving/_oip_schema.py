@@ -33,7 +33,10 @@ Datatype = Literal[
     "FP64",
     "BYTES",
 ]
-OutputName = Literal["score", "label", "version", "arm", "request_id"]
+# Every output any task has (which ones a model has: its metadata; mlpipe.serving._oip_codec).
+OutputName = Literal[
+    "score", "label", "probabilities", "prediction", "version", "arm", "request_id"
+]
 
 
 class _Message(BaseModel):

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from pydantic.config import JsonDict
+from pydantic.json_schema import SkipJsonSchema
 
 # Strings the prediction log keeps carry no control character: the JSON schema says so
 # (for clients and fuzzers), and the gateway refuses one with 400 (control_character_problem).
@@ -60,15 +61,27 @@ class PredictRequest(BaseModel):
 
 
 class PredictResponse(BaseModel):
-    """The answer: which version and arm answered, at which deployment generation."""
+    """The answer: which version and arm answered, at which deployment generation, and
+    what it predicts, in the fields of its task (the others are absent, never null):
+
+    - binary: ``score`` (P(class 1)) and ``label`` (0 or 1, at the version's threshold);
+    - multiclass: ``label`` (the predicted class, as the version's classes name it: an
+      integer or a string) and ``probabilities`` (class → probability, in class order);
+    - regression: ``prediction`` (the predicted value).
+
+    The server writes the answer with msgspec, not through this model: it is the
+    contract ``/docs.json`` publishes, and what clients may validate against.
+    """
 
     request_id: str
     model: str
     version: str
     arm: Literal["champion", "canary"]
     generation: int
-    score: float
-    label: int
+    score: float | SkipJsonSchema[None] = None
+    label: int | str | SkipJsonSchema[None] = None
+    probabilities: dict[str, float] | SkipJsonSchema[None] = None
+    prediction: float | SkipJsonSchema[None] = None
     features_missing: list[str]
     cache_hit: bool = False
 

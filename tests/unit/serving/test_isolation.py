@@ -58,7 +58,7 @@ def env(tmp_path: Path) -> Any:
     [
         (REJECTED, 422, "the model rejected this input: amount out of range"),
         (CRASH, 500, "the model failed on this input (RuntimeError)"),
-        (NAN, 500, "the model returned a non-finite score for this input"),
+        (NAN, 500, "the model returned a non-finite output for this input"),
     ],
 )
 def test_poison_request_fails_alone(env: Any, poison: float, status: int, says: str) -> None:

@@ -12,12 +12,15 @@ import pytest
 
 from mlpipe.serving._oip_codec import (
     ProtocolError,
+    check_shared,
     decode_request,
     encode_response,
     model_metadata,
+    outputs_of,
     request_rows,
     requested_outputs,
 )
+from mlpipe.tasks import TaskSpec
 
 PLAN = SimpleNamespace(
     version="3",
@@ -144,3 +147,136 @@ def test_unknown_outputs_are_refused() -> None:
     assert requested_outputs({}) == ["score", "label", "version", "arm", "request_id"]
     with pytest.raises(ProtocolError, match="unknown output"):
         requested_outputs({"outputs": [{"name": "probability"}]})
+
+
+def _served(task: TaskSpec) -> SimpleNamespace:
+    return SimpleNamespace(name="m", generation=2, primary_versions=lambda: [PLAN], task=task)
+
+
+IRIS = TaskSpec("multiclass", (0, 1, 2))
+WINE = TaskSpec("multiclass", ("barolo", "grignolino", "barbera"))
+DIABETES = TaskSpec("regression")
+
+
+@pytest.mark.parametrize(
+    ("task", "outputs", "parameters"),
+    [
+        (TaskSpec(), [("score", "FP64", [-1]), ("label", "INT64", [-1])], {}),
+        (
+            IRIS,
+            [("probabilities", "FP64", [-1, 3]), ("label", "INT64", [-1])],
+            {"task": "multiclass", "classes": [0, 1, 2]},
+        ),
+        (
+            WINE,
+            [("probabilities", "FP64", [-1, 3]), ("label", "BYTES", [-1])],
+            {"task": "multiclass", "classes": ["barolo", "grignolino", "barbera"]},
+        ),
+        (DIABETES, [("prediction", "FP64", [-1])], {"task": "regression"}),
+    ],
+)
+def test_metadata_lists_the_outputs_of_the_deployed_task(
+    task: TaskSpec, outputs: list[tuple[str, str, list[int]]], parameters: dict[str, Any]
+) -> None:
+    meta = model_metadata(_served(task))
+    answered_by = [
+        ("version", "BYTES", [-1]),
+        ("arm", "BYTES", [-1]),
+        ("request_id", "BYTES", [-1]),
+    ]
+    assert [(o["name"], o["datatype"], o["shape"]) for o in meta["outputs"]] == [
+        *outputs,
+        *answered_by,
+    ]
+    assert meta["parameters"] == {"generation": 2, **parameters}
+
+
+def _multiclass_answers() -> list[dict[str, Any]]:
+    probs = [
+        {"barolo": 0.7, "grignolino": 0.2, "barbera": 0.1},
+        {"barolo": 0.1, "grignolino": 0.3, "barbera": 0.6},
+    ]
+    return [
+        {"label": label, "probabilities": p, "version": "5", "arm": "champion", "generation": 2}
+        | {"request_id": f"r{i}"}
+        for i, (label, p) in enumerate(zip(["barolo", "barbera"], probs, strict=True))
+    ]
+
+
+def test_multiclass_answers_become_a_probability_matrix_and_class_labels() -> None:
+    outputs = outputs_of(WINE)
+    body, headers = encode_response("m", {}, _multiclass_answers(), outputs)
+    assert dict(headers)[b"content-type"] == b"application/json"
+    out = {o["name"]: o for o in json.loads(body)["outputs"]}
+    assert list(out) == ["probabilities", "label", "version", "arm", "request_id"]
+    assert out["probabilities"]["shape"] == [2, 3]
+    assert out["probabilities"]["data"] == [0.7, 0.2, 0.1, 0.1, 0.3, 0.6]
+    assert out["label"] == {
+        "name": "label",
+        "datatype": "BYTES",
+        "shape": [2],
+        "data": ["barolo", "barbera"],
+    }
+
+
+def test_multiclass_outputs_in_binary_read_back_as_numpy() -> None:
+    request = {"parameters": {"binary_data_output": True}}
+    body, headers = encode_response("m", request, _multiclass_answers(), outputs_of(WINE))
+    head_len = int(dict(headers)[b"inference-header-content-length"])
+    head = json.loads(body[:head_len])
+    offset, blobs = head_len, {}
+    for o in head["outputs"]:
+        size = o["parameters"]["binary_data_size"]
+        blobs[o["name"]] = body[offset : offset + size]
+        offset += size
+    assert offset == len(body)
+    probs = np.frombuffer(blobs["probabilities"], dtype="<f8").reshape(2, 3)
+    assert probs.tolist() == [[0.7, 0.2, 0.1], [0.1, 0.3, 0.6]]
+    assert blobs["label"] == struct.pack("<I", 6) + b"barolo" + struct.pack("<I", 7) + b"barbera"
+
+
+def test_regression_answers_become_a_prediction_tensor() -> None:
+    answers = [{"prediction": v, "version": "1", "generation": 2} for v in (1.5, 2.5)]
+    request = {"outputs": [{"name": "prediction"}]}
+    body, _ = encode_response("m", request, answers, outputs_of(DIABETES))
+    (out,) = json.loads(body)["outputs"]
+    assert out == {"name": "prediction", "datatype": "FP64", "shape": [2], "data": [1.5, 2.5]}
+
+
+def test_an_output_the_task_does_not_have_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(ProtocolError) as caught:
+        requested_outputs({"outputs": [{"name": "score"}]}, outputs_of(DIABETES))
+    assert str(caught.value) == (
+        "outputs: unknown output(s) ['score']; known: prediction, version, arm, request_id"
+    )
+    assert caught.value.status == 400
+    assert requested_outputs({}, outputs_of(IRIS)) == [
+        "probabilities",
+        "label",
+        "version",
+        "arm",
+        "request_id",
+    ]
+
+
+def test_versions_of_different_tasks_cannot_share_a_tensor() -> None:
+    answers = [*_multiclass_answers(), {"prediction": 3.0, "version": "6", "arm": "canary"}]
+    with pytest.raises(ProtocolError, match="different tasks") as caught:
+        encode_response("m", {}, answers, outputs_of(WINE))
+    assert caught.value.status == 500
+
+
+def test_outputs_the_answering_versions_do_not_share_are_refused_before_scoring() -> None:
+    champion = SimpleNamespace(version="1", task=IRIS)
+    canary = SimpleNamespace(version="2", task=DIABETES)
+    served = SimpleNamespace(name="m", primary_versions=lambda: [champion, canary])
+    check_shared(served, ["version", "arm"])  # who answered: fine with any tasks
+    with pytest.raises(ProtocolError) as caught:
+        check_shared(served, ["probabilities", "version"])
+    assert caught.value.status == 500
+    assert str(caught.value) == (
+        "outputs ['probabilities']: the deployed versions of m predict differently "
+        "(1: multiclass (3 classes), 2: regression); ask only for version, arm, request_id, "
+        "or use /predict"
+    )
+    check_shared(SimpleNamespace(name="m", primary_versions=lambda: [champion]), ["label"])
