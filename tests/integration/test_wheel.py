@@ -189,6 +189,8 @@ def _bento(installed: SimpleNamespace, project: Path) -> list[str]:
     (bento,) = (project / "bentoml-home" / "bentos" / "mlpipe-scoring").glob("[!l]*")
     assert (bento / "src" / "service.py").is_file()
     assert (bento / "env" / "python" / "wheels" / installed.wheel.name).is_file()
+    requirements = (bento / "env" / "python" / "requirements.txt").read_text()
+    assert "onnxruntime==" in requirements and "xgboost-cpu==" in requirements  # formats
     return [*bentoml, "serve", f"mlpipe-scoring:{bento.name}"]
 
 
