@@ -114,14 +114,22 @@ def variant_env(label: str) -> dict[str, str]:
     A name from ``VARIANTS`` (``log-off`` → ``MLPIPE_PREDLOG__SINK=none``), or
     ``+``-joined ``[SECTION.]KEY=VALUE`` items: ``reliability.max_inflight=16``
     → ``MLPIPE_RELIABILITY__MAX_INFLIGHT=16``; a key without a section is a
-    serving key (``workers=1`` → ``MLPIPE_SERVING__WORKERS=1``). Raises
-    ValueError for anything else.
+    serving key (``workers=1`` → ``MLPIPE_SERVING__WORKERS=1``). ``tree=PATH``
+    serves another source tree's mlpipe (``git archive C | tar -x -C PATH``): its
+    ``platform`` and ``cli`` go ahead of the installed one on ``PYTHONPATH``, the
+    way a before/after pair is measured. Raises ValueError for anything else.
     """
     if label in VARIANTS:
         return dict(VARIANTS[label])
     env: dict[str, str] = {}
     for item in label.split("+"):
         key, eq, value = item.partition("=")
+        if key == "tree" and value:
+            tree = Path(value).resolve()
+            if not (tree / "platform" / "mlpipe").is_dir():
+                raise ValueError(f"tree={value}: no platform/mlpipe there")
+            env["PYTHONPATH"] = f"{tree / 'platform'}:{tree / 'cli'}"
+            continue
         section, dot, name = key.rpartition(".")
         section = section if dot else "serving"
         if not eq or not name or not value or section not in SECTIONS:

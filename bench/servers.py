@@ -134,7 +134,8 @@ class Started:
 def start(spec: SystemSpec, port: int, log_dir: Path) -> Started:
     """Start ``spec`` on ``port`` in a new session, logging into ``log_dir`` (see stop_all)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{spec.name}{'-' + spec.label if spec.label else ''}.log"
+    label = spec.label.replace("/", "_") if spec.label else ""  # a tree=PATH variant
+    log_path = log_dir / f"{spec.name}{'-' + label if label else ''}.log"
     with log_path.open("wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(
             spec.argv,
