@@ -5,6 +5,8 @@ as in the breast-cancer set) and scored through the scorer its registry flavor
 gives serving (``ModelFlavor.scorer``): what ``/predict`` pays per batch, without
 HTTP, features or logging. ONNX rows are the same models converted with
 ``convert_to_onnx`` (what ``register --to-onnx`` does) and scored with ONNX Runtime.
+The torch MLP is scored as a server holds it (a ``torch.export`` program saved as
+``.pt2`` and loaded back) and, for comparison, as TorchScript (how it was stored before).
 Nothing asserts a timing.
 
     python -m bench.formats [--quick] [--json PATH]
@@ -58,7 +60,8 @@ def _models(x: np.ndarray, y: np.ndarray) -> dict[str, tuple[str, Any]]:
     }
     torch_model = _torch_mlp(x, y)
     if torch_model is not None:
-        models["torch MLP (TorchScript)"] = ("torch", torch_model)
+        models["torch MLP (torch.export, pt2)"] = ("torch", _as_served(torch_model))
+        models["torch MLP (TorchScript, before)"] = ("torch", _scripted(torch_model))
     return models
 
 
@@ -77,7 +80,35 @@ def _torch_mlp(x: np.ndarray, y: np.ndarray) -> Any:
         optimizer.zero_grad()
         torch.nn.functional.binary_cross_entropy(net(xt).squeeze(1), yt).backward()
         optimizer.step()
-    return torch.jit.script(net.eval())
+    return net.eval()
+
+
+def _as_served(module: Any) -> Any:
+    """The module as a server holds a torch version: exported with a dynamic batch, saved
+    as ``.pt2`` and loaded back (``torch.export.load(...).module()``)."""
+    import io
+
+    import torch
+    from torch.export import Dim
+
+    program = torch.export.export(
+        module, (torch.zeros(8, FEATURES),), dynamic_shapes=({0: Dim("batch")},)
+    )
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    return torch.export.load(buffer).module()
+
+
+def _scripted(module: Any) -> Any:
+    """The same module as TorchScript: how torch versions were stored before decision 033."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.script(module)
 
 
 def _per_row_us(score: Callable[[np.ndarray], Any], x: np.ndarray, budget_s: float) -> float:
