@@ -126,12 +126,20 @@ def _drift_arm(name: str, a: Any) -> None:
     for alarm in a.alarms:
         console.show(f"alarm {a.arm}: {alarm}")
     if a.quality:
-        figures = ("auc", "recall", "precision", "log_loss", "labelled_rows", "status")
+        figures = _QUALITY_FIGURES[a.quality.get("task", "binary")]
         shown = ", ".join(f"{k}={number(a.quality.get(k))}" for k in figures if k in a.quality)
         console.show(f"quality {a.arm}: {shown}; {a.quality.get('label_lag', '')}")
-        if a.quality.get("note"):
-            console.show(f"quality {a.arm}: {a.quality['note']}")
+        for key in ("note", "labels_note"):
+            if a.quality.get(key):
+                console.show(f"quality {a.arm}: {a.quality[key]}")
     _skipped_and_notes(a.skipped, a.notes)
+
+
+_QUALITY_FIGURES = {
+    "binary": ("auc", "recall", "precision", "log_loss", "labelled_rows", "status"),
+    "multiclass": ("accuracy", "macro_f1", "log_loss", "labelled_rows", "status"),
+    "regression": ("mae", "rmse", "bias", "labelled_rows", "status"),
+}
 
 
 def _skipped_and_notes(skipped: Sequence[Any], notes: Sequence[str]) -> None:
@@ -223,7 +231,8 @@ def analyze(
         rows = console.check_rows(result.checks)
         title = (
             f"{name}: canary v{result.canary_version} ({result.canary_requests} req) vs "
-            f"champion v{result.champion_version} ({result.champion_requests} req)"
+            f"champion v{result.champion_version} ({result.champion_requests} req), "
+            f"{result.task}"
         )
         console.show(
             console.table(

@@ -15,7 +15,7 @@ from mlpipe_cli.console import number
 from mlpipe_cli.state import state
 
 if TYPE_CHECKING:
-    from mlpipe.monitoring import ShadowAnalysis
+    from mlpipe.monitoring import Disagreement, ShadowAnalysis
 
 
 def register(app: typer.Typer) -> None:
@@ -53,18 +53,23 @@ def _render(name: str, result: ShadowAnalysis) -> None:
     rows = console.check_rows(result.checks)
     title = (
         f"{name}: shadow v{result.shadow_version} vs champion v{result.champion_version} "
-        f"on {result.paired_requests} paired request(s)"
+        f"on {result.paired_requests} paired request(s), {result.task}"
     )
     columns = ["check", "champion", "shadow", "threshold", "result", "detail"]
     console.show(console.table(title, columns, rows))
     spread = ", ".join(f"{k}={number(v)}" for k, v in result.score_delta.items())
     latency = ", ".join(f"{k}={number(v)}" for k, v in result.latency_ms.items())
-    console.show(f"label agreement: {number(result.label_agreement)}")
-    console.show(f"score delta (shadow - champion): {spread or '-'}")
+    if result.task != "regression":
+        console.show(f"label agreement: {number(result.label_agreement)}")
+    what = "prediction" if result.task == "regression" else "score"
+    console.show(f"{what} delta (shadow - champion): {spread or '-'}")
+    if result.probability_delta:
+        largest = ", ".join(f"{k}={number(v)}" for k, v in result.probability_delta.items())
+        console.show(f"largest class probability |delta| per request: {largest}")
     console.show(f"latency ms: {latency or '-'}")
     top = [
         [d.request_id, d.entity_key, number(d.champion_score), number(d.shadow_score),
-         f"{d.delta:+.4f}", f"{d.champion_label}/{d.shadow_label}", number(d.outcome)]
+         f"{d.delta:+.4f}", _labels(d), number(d.outcome)]
         for d in result.disagreements
     ]  # fmt: skip
     if top:
@@ -73,3 +78,8 @@ def _render(name: str, result: ShadowAnalysis) -> None:
     console.show(
         f"verdict: {result.verdict}; recorded in {result.report_path} and {result.html_path}"
     )
+
+
+def _labels(d: Disagreement) -> str:
+    """Both labels (class indices for a multiclass version), or ``-`` for a regression."""
+    return "-" if d.champion_label is None else f"{d.champion_label}/{d.shadow_label}"

@@ -6,12 +6,16 @@ one asked for), not every row with the arm name, and the champion version's
 rows beside them. Every analysed row is re-scored offline from its logged
 features by both versions (loaded verified from the registry), so:
 
-- the **paired score test** compares the two versions' scores row by row
+- the **paired test** compares the two versions' outputs row by row
   (:mod:`mlpipe.monitoring._paired`: the rank correlation of the two
-  versions' scores, bounded by an entity bootstrap, against a floor);
-- the **label metrics** (AUC, recall and precision at each version's
-  threshold, log loss) compare both versions on the same labelled rows, with
-  entity-clustered bootstrap bounds (:mod:`mlpipe.monitoring._label_metrics`).
+  versions' scores or predicted values, or for a multiclass version Cohen's
+  kappa of their predicted classes, bounded by an entity bootstrap, against a
+  floor);
+- the **label metrics** of the version's task (binary: AUC, recall and
+  precision at each version's threshold, log loss; multiclass: accuracy, macro
+  F1, log loss; regression: MAE, RMSE, bias) compare both versions on the same
+  labelled rows, with entity-clustered bootstrap bounds
+  (:mod:`mlpipe.monitoring._model_checks`).
 
 Re-scoring is trusted only when it gives the served scores back (else the log
 is not what the model saw): then the score test is not evaluated and the label
@@ -25,19 +29,18 @@ neither the score test nor any label metric could be evaluated; pass otherwise.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-import numpy as np
-
 from mlpipe import warehouse
 from mlpipe.config import MonitorSettings, Settings
 from mlpipe.errors import InvalidInput
-from mlpipe.monitoring import _label_metrics as lm
 from mlpipe.monitoring import _paired
+from mlpipe.monitoring._model_checks import CanaryCheck, Pairing, label_checks, score_check
+from mlpipe.monitoring._quality import version_task
 from mlpipe.monitoring._reports import publish_versus_champion, read_logged, with_entity_keys
+from mlpipe.tasks import TaskSpec
 from mlpipe.windows import window_ending
 
 if TYPE_CHECKING:
@@ -45,17 +48,6 @@ if TYPE_CHECKING:
 
 CanaryOutcome = Literal["pass", "fail", "insufficient"]
 EXIT_CODES: dict[CanaryOutcome, int] = {"pass": 0, "fail": 1, "insufficient": 1}
-MIN_POSITIVES = 10  # labelled positives (and negatives) needed before label metrics count
-
-
-@dataclass(frozen=True)
-class CanaryCheck:
-    name: str
-    champion: float | None
-    canary: float | None
-    threshold: str
-    passed: bool | None  # None: not evaluated (the detail says why)
-    detail: str = ""
 
 
 @dataclass
@@ -75,6 +67,7 @@ class CanaryAnalysis:
     notes: list[str] = field(default_factory=list)
     report_path: str | None = None
     html_path: str | None = None
+    task: str = "binary"  # the canary version's task, as TaskSpec.describe() says it
 
     @property
     def exit_code(self) -> int:
@@ -108,31 +101,6 @@ class _Arm:
             error_rate=float((rows["status"] != "ok").mean()) if n else math.nan,
             p50_ms=float(latency.quantile(0.5)) if n else math.nan,
             p99_ms=float(latency.quantile(0.99)) if n else math.nan,
-        )
-
-
-@dataclass(frozen=True)
-class Pairing:
-    """Every analysed row (champion arm's, then canary arm's) scored by both versions."""
-
-    champion: np.ndarray
-    canary: np.ndarray
-    champion_threshold: float
-    canary_threshold: float
-    clusters: np.ndarray
-    outcome: np.ndarray  # NaN where no label has arrived
-    # Each version's labels where they were logged (a shadow answer logs its own);
-    # None: score >= the version's threshold.
-    champion_flagged: np.ndarray | None = None
-    canary_flagged: np.ndarray | None = None
-
-    def flagged(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each version's positive labels on the analysed rows."""
-        ch = self.champion_flagged
-        ca = self.canary_flagged
-        return (
-            self.champion >= self.champion_threshold if ch is None else ch.astype(bool),
-            self.canary >= self.canary_threshold if ca is None else ca.astype(bool),
         )
 
 
@@ -172,104 +140,21 @@ def _p50_latency(ch: _Arm, ca: _Arm, limits: MonitorSettings) -> CanaryCheck:
     return CanaryCheck("p50_latency_ms", ch.p50_ms, ca.p50_ms, "-", None, "informational")
 
 
-def score_check(pairing: Pairing | None, why_unpaired: str) -> CanaryCheck:
-    """The paired score test as a check (not evaluated without a pairing)."""
-    least, p = _paired.MIN_RANK_CORRELATION, _paired.SCORE_TEST_P
-    threshold = f"Spearman >= {least} (upper {1 - p:.0%} bound, entity-clustered)"
-    if pairing is None:
-        return CanaryCheck("paired_score", None, None, threshold, None, why_unpaired)
-    t = _paired.score_test(pairing.champion, pairing.canary, pairing.clusters)
-    return CanaryCheck("paired_score", 1.0, t.spearman, threshold, t.passed, t.detail)
-
-
-def _scored(score: np.ndarray, flagged: np.ndarray, y: np.ndarray, c: np.ndarray) -> lm.Scored:
-    return lm.Scored(score=score, flagged=flagged, y=y, clusters=c)
-
-
-def _label_sides(
-    pairing: Pairing | None,
-    least: int,
-    arms: Sequence[_Arm] = (),
-) -> tuple[lm.Scored, lm.Scored, bool] | str:
-    """Champion and canary on labelled rows (paired when re-scored), or why not evaluated."""
-    if pairing is not None:
-        has = ~np.isnan(pairing.outcome)
-        y = (pairing.outcome[has] >= 0.5).astype(int)
-        c = pairing.clusters[has]
-        ch_flagged, ca_flagged = pairing.flagged()
-        sides = (
-            _scored(pairing.champion[has], ch_flagged[has], y, c),
-            _scored(pairing.canary[has], ca_flagged[has], y, c),
-        )
-        return _too_few(y, least) or (*sides, True)
-    sides_of_arms = []
-    for arm in arms:
-        rows = arm.rows[arm.rows["outcome"].notna()]
-        y = (rows["outcome"].to_numpy() >= 0.5).astype(int)
-        if why := _too_few(y, least):
-            return why
-        codes = _paired.entity_codes(rows["entity_key"], rows["request_id"])
-        sides_of_arms.append(
-            _scored(rows["score"].to_numpy(), rows["label"].to_numpy() == 1, y, codes)
-        )
-    return sides_of_arms[0], sides_of_arms[1], False
-
-
-def _too_few(y: np.ndarray, least: int) -> str:
-    """Why ``y`` is too few labels to compare on ("" when it is enough)."""
-    positives = int(y.sum())
-    if len(y) >= least and min(positives, len(y) - positives) >= MIN_POSITIVES:
-        return ""
-    return (
-        f"{len(y)} labelled row(s), {positives} positive: needs >= {least} labelled "
-        f"and >= {MIN_POSITIVES} of each class: not evaluated"
-    )
-
-
-def label_checks(
-    pairing: Pairing | None, least_labels: int, arms: tuple[_Arm, _Arm] | None = None
-) -> list[CanaryCheck]:
-    """AUC, recall, precision and log loss of both versions: paired, else the ``arms``' rows."""
-    if pairing is None and arms is None:
-        raise ValueError("label_checks needs a pairing or the arms")
-    sides = _label_sides(pairing, least_labels, arms or ())
-    if isinstance(sides, str):
-        return [CanaryCheck(m, None, None, "-", None, sides) for m in lm.METRICS]
-    champion, canary, is_paired = sides
-    compared = (lm.paired if is_paired else lm.unpaired)(champion, canary)
-    how = "paired, same rows" if is_paired else "arms' own rows"
-    labelled = len(champion.y) + (0 if is_paired else len(canary.y))
-    return [_metric_check(m, how, labelled) for m in compared]
-
-
-def _metric_check(m: lm.MetricComparison, how: str, labelled: int) -> CanaryCheck:
-    side = "upper" if lm.HIGHER_IS_BETTER[m.metric] else "lower"
-    sign = ">= -" if lm.HIGHER_IS_BETTER[m.metric] else "<= +"
-    threshold = f"canary - champion {sign}{m.margin:.3g} (95% {side} bound, entity-clustered)"
-    detail = f"delta {m.delta:+.4f}, {side} bound {m.bound:+.4f}; {labelled} labelled, {how}"
-    if m.worse is None:
-        detail = (
-            f"not judged: rests on {m.support} entities (< {lm.MIN_SUPPORT}) or is undefined; "
-            f"{labelled} labelled, {how}"
-        )
-    passed = None if m.worse is None else not m.worse
-    return CanaryCheck(m.metric, m.baseline, m.candidate, threshold, passed, detail)
-
-
 def _checks(
     ch: _Arm,
     ca: _Arm,
     limits: MonitorSettings,
     pairing: Pairing | None = None,
     why_unpaired: str = "no re-scored rows",
+    task: TaskSpec | None = None,
 ) -> tuple[CanaryOutcome, list[CanaryCheck]]:
     """The checks and the verdict over them (see the module docstring)."""
     requests = _requests(ch, ca, limits)
     if not requests.passed:
         return "insufficient", [requests]
     operational = [check(ch, ca, limits) for check in (_error_rate, _p99_latency, _p50_latency)]
-    labels = label_checks(pairing, limits.canary_min_labels, (ch, ca))
-    models = [score_check(pairing, why_unpaired), *labels]
+    labels = label_checks(pairing, limits.canary_min_labels, (ch, ca), task)
+    models = [score_check(pairing, why_unpaired, task), *labels]
     checks = [requests, *operational, *models]
     if any(c.passed is False for c in checks):
         return "fail", checks
@@ -299,6 +184,12 @@ def _pair(
         if r.scores is None:
             return None, f"not re-scored: {r.reason}"
     assert champion.scores is not None and canary.scores is not None
+    if champion.task != canary.task:
+        return None, (
+            f"champion v{ch.version} is {champion.task.describe()} with classes "
+            f"{list(champion.task.classes)}, canary v{ca.version} is {canary.task.describe()} "
+            f"with classes {list(canary.task.classes)}: not paired"
+        )
     n_ch = len(ch.rows)
     for name, own, served in (
         (f"champion v{ch.version}", champion.scores[:n_ch], ch.rows["score"].to_numpy()),
@@ -312,9 +203,11 @@ def _pair(
             )
     codes = _paired.entity_codes(rows["entity_key"], rows["request_id"])
     outcome = rows["outcome"].to_numpy(dtype=float)
+    given = rows["outcome_label"].to_numpy() if "outcome_label" in rows else None
     pairing = Pairing(
-        champion.scores, canary.scores, champion.threshold, canary.threshold, codes, outcome
-    )
+        champion.scores, canary.scores, champion.threshold, canary.threshold, codes, outcome,
+        task=champion.task, outcome_label=given,
+    )  # fmt: skip
     return pairing, ""
 
 
@@ -355,11 +248,12 @@ def analyze(
     )  # fmt: skip
     champion, canary = _arms(with_entity_keys(logged), version)
     pairing, why = _pair(settings, model, champion, canary, logged.features)
-    verdict, checks = _checks(champion, canary, settings.monitor, pairing, why)
+    task = pairing.task if pairing is not None else version_task(settings, model, canary.version)
+    verdict, checks = _checks(champion, canary, settings.monitor, pairing, why, task)
     result = CanaryAnalysis(
         model, champion.version, canary.version, current.start, current.end, verdict,
         champion.requests, canary.requests, checks, paired=pairing is not None,
-        notes=[why] if why else [],
+        notes=[why] if why else [], task=task.describe(),
     )  # fmt: skip
     publish_versus_champion(
         settings, "canary", current, model, result.canary_version, result, notify

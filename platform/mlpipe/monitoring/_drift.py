@@ -1,7 +1,12 @@
 """``monitor drift``: Evidently drift reports over a window of logged traffic, per arm.
 
 For each arm in the window: feature drift (window vs reference), prediction
-drift, and classification quality where outcomes have arrived. One HTML + JSON
+drift, and quality where outcomes have arrived, per the version's task
+(:mod:`mlpipe.tasks`): prediction drift compares the binary score, the
+multiclass predicted class (categorical) or the regression predicted value with
+what the same version predicts on its reference; quality judges the task's
+metrics against the registered ones, beside Evidently's classification or
+regression figures. One HTML + JSON
 report per arm in ``reports/NAME/<timestamp>/``, a ``summary.json`` with the
 verdicts, and a row per arm in the warehouse's ``reports`` table.
 """
@@ -30,14 +35,18 @@ from mlpipe.monitoring._calibration import (
     severity,
 )
 from mlpipe.monitoring._evidently import ColumnResult, classification_quality, drift_tests
+from mlpipe.monitoring._evidently import task_quality as task_quality_report
 from mlpipe.monitoring._quality import (
     positive_rate_test,
     quality,
     reference_scores,
     registered_metrics,
+    task_quality,
+    version_task,
 )
 from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
 from mlpipe.monitoring._screen import Screened, SkippedColumn, screen
+from mlpipe.tasks import TaskSpec
 from mlpipe.windows import ReferenceSpec, Window, parse_reference, window_ending
 
 if TYPE_CHECKING:
@@ -173,35 +182,68 @@ class _RefData:
     notes: tuple[str, ...] = ()
 
 
-def _training_reference(settings: Settings, model: str, version: str) -> _RefData:
+def _training_reference(settings: Settings, model: str, version: str, spec: TaskSpec) -> _RefData:
     frame = registry.load_reference(settings, model, version).drop(columns="label", errors="ignore")
     try:
         scores = reference_scores(settings, model, version, frame, _null_folder(settings))
     except MlpipeError as exc:
         note = f"prediction drift not tested: the version's reference scores: {exc}"
         return _RefData(frame, None, (note,))
+    if spec.task != "binary":  # the version's own predictions: classes, or values
+        return _RefData(frame.assign(**{PREDICTION: predicted(spec, scores.scores)}), None)
     return _RefData(frame.assign(**{PREDICTION: scores.scores}), scores.positive_rate)
 
 
-def _window_reference(settings: Settings, model: str, window: Window, sample_rows: int) -> _RefData:
+def predicted(spec: TaskSpec, output: np.ndarray) -> Any:
+    """What prediction drift compares for a model output: the binary score, the predicted
+    class as text (multiclass: a categorical column) or the predicted value."""
+    if spec.task != "multiclass":
+        return output
+    names = [str(c) for c in spec.classes]
+    return [names[i] for i in output.argmax(axis=1)]
+
+
+def served(spec: TaskSpec, rows: pd.DataFrame) -> Any:
+    """:func:`predicted` of logged rows: score, or the class their ``label`` indexes as text."""
+    if spec.task != "multiclass":
+        return rows["score"].to_numpy(dtype=float)
+    names = [str(c) for c in spec.classes]
+    return [
+        None if v is None or v != v or not 0 <= int(v) < len(names) else names[int(v)]
+        for v in rows["label"].tolist()
+    ]
+
+
+def _window_reference(
+    settings: Settings, model: str, window: Window, sample_rows: int, spec: TaskSpec
+) -> _RefData:
     ref = warehouse.prediction_window(
         settings, model, window.start, window.end, sample_rows=sample_rows, seed=7
     )
     keep = (ref.rows["arm"] != "shadow").to_numpy()
     frame = ref.features[keep].reset_index(drop=True)
-    frame[PREDICTION] = ref.rows["score"][keep].to_numpy()
+    frame[PREDICTION] = served(spec, ref.rows[keep])
+    if spec.task != "binary":
+        return _RefData(frame, None)
     rate = float(ref.rows["label"][keep].mean()) if keep.any() else None
     return _RefData(frame, rate)
 
 
-def _given_reference(frame: pd.DataFrame) -> _RefData:
-    """A given frame: scores in ``score`` (its ``label`` the predicted labels) if it has them."""
+def _given_reference(frame: pd.DataFrame, spec: TaskSpec) -> _RefData:
+    """A given frame: scores in ``score`` (its ``label`` the predicted labels) if it has them;
+    a multiclass version's predicted classes in ``label``, a regression's values in ``score``."""
+    if spec.task == "multiclass":
+        if "label" not in frame.columns:
+            note = "prediction drift not tested: the given reference has no label column"
+            return _RefData(frame.drop(columns="score", errors="ignore"), None, (note,))
+        out = frame.drop(columns=["score", "label"], errors="ignore")
+        return _RefData(out.assign(**{PREDICTION: frame["label"].astype(str)}), None)
     if "score" not in frame.columns:
         note = "prediction drift not tested: the given reference has no score column"
         return _RefData(frame.drop(columns="label", errors="ignore"), None, (note,))
     rate = float(frame["label"].mean()) if "label" in frame.columns else None
     out = frame.drop(columns="label", errors="ignore").rename(columns={"score": PREDICTION})
-    return _RefData(out, rate)
+    return _RefData(out, rate if spec.task == "binary" else None)
 
 
 @dataclass
@@ -213,6 +255,7 @@ class _Window:
     entities: pd.Series | None
     total: int
     sampled: bool
+    spec: TaskSpec = field(default_factory=TaskSpec)
 
     @property
     def version(self) -> str:
@@ -264,7 +307,7 @@ def _arm_result(
 
 def _screened(win: _Window, ref: _RefData, min_rows: int) -> Screened:
     current = win.features.reset_index(drop=True).copy()
-    current[PREDICTION] = win.rows["score"].to_numpy(dtype=float)
+    current[PREDICTION] = served(win.spec, win.rows)
     columns = sorted((set(ref.frame.columns) | set(current.columns)) - {PREDICTION})
     if PREDICTION in ref.frame.columns:
         columns.append(PREDICTION)
@@ -356,15 +399,30 @@ def _add_rate_test(
 def _judge_quality(
     settings: Settings, model: str, result: ArmDrift, win: _Window
 ) -> dict[str, Any] | None:
-    """mlpipe's quality judgement beside Evidently's classification figures (None: no labels)."""
-    if not win.rows["outcome"].notna().any():
+    """mlpipe's quality judgement beside Evidently's classification (or regression) figures
+    (None: no labels)."""
+    rows, spec = win.rows, win.spec
+    arrived = rows["outcome"].notna()
+    if "outcome_label" in rows:
+        arrived |= rows["outcome_label"].notna()
+    if not arrived.any():
         return None
     try:
-        registered: dict[str, float] | None = registered_metrics(settings, model, result.version)
+        registered: dict[str, float] | None = registered_metrics(
+            settings, model, result.version, spec.task
+        )
     except MlpipeError:
         registered = None
-    figures = quality(win.rows, win.clusters(), registered, settings.monitor.canary_min_labels)
-    evidently_figures, snapshot = classification_quality(win.rows)
+    least = settings.monitor.canary_min_labels
+    if spec.task != "binary":
+        figures, labelled = task_quality(rows, win.clusters(), registered, least, spec)
+        if labelled is not None:
+            figures["evidently"], figures["_snapshot"] = task_quality_report(
+                spec, labelled.output, labelled.y
+            )
+        return figures
+    figures = quality(rows, win.clusters(), registered, least)
+    evidently_figures, snapshot = classification_quality(rows)
     figures["evidently"] = evidently_figures
     figures["_snapshot"] = snapshot
     return figures
@@ -423,17 +481,19 @@ class _Reference:
     def describe(self) -> str:
         return self.spec.describe() if self.frame is None else "given frame"
 
-    def for_version(self, settings: Settings, model: str, version: str | None) -> _RefData:
+    def for_version(
+        self, settings: Settings, model: str, version: str | None, task: TaskSpec
+    ) -> _RefData:
         """The reference for an arm (training: of the arm's most frequent ``version``)."""
         import pandas as pd
 
         if self.frame is not None:
-            ref = _given_reference(self.frame)
+            ref = _given_reference(self.frame, task)
         elif self.spec.kind == "window":
             assert self.spec.window is not None
-            ref = _window_reference(settings, model, self.spec.window, self.sample_rows)
+            ref = _window_reference(settings, model, self.spec.window, self.sample_rows, task)
         elif version is not None:
-            ref = _training_reference(settings, model, version)
+            ref = _training_reference(settings, model, version, task)
         else:
             ref = _RefData(pd.DataFrame(), None)
         frame = ref.frame
@@ -464,7 +524,9 @@ def _arm_drift(
         logged.total if whole else int(round(logged.total * mask.mean())),
         logged.sampled,
     )
-    ref = reference.for_version(settings, model, win.version if len(win.rows) else None)
+    version = win.version if len(win.rows) else None
+    win.spec = version_task(settings, model, version)
+    ref = reference.for_version(settings, model, version, win.spec)
     result = _arm_result(settings, model, arm, win, ref, out_dir, rate)
     if logged.sampled:
         result.notes.append(

@@ -14,13 +14,17 @@ class weights), which the label metrics judge: two equally good LightGBMs of
 40 and 150 trees (AUC 0.848 / 0.846) differ by a median 0.59 in logit but
 correlate at 0.95, and two noisy 20-tree models of the integration tests at
 0.63; a model trained on shuffled labels correlates at 0.02. One model on both
-arms correlates at exactly 1 and can never fail.
+arms correlates at exactly 1 and can never fail. A regression's predicted
+values are ranked the same way. A multiclass version's logged score (the
+probability of whichever class it predicted) orders nothing, so two of them
+are compared on their predicted classes instead: Cohen's kappa, bounded the
+same way, against ``MIN_KAPPA`` (:func:`label_test`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +32,7 @@ import numpy as np
 from mlpipe import registry
 from mlpipe.config import Settings
 from mlpipe.errors import MlpipeError
+from mlpipe.tasks import TaskSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,6 +117,71 @@ def score_test(
     return ScoreTest(n, spearman, bound, typical, least, bound >= least, detail)
 
 
+MIN_KAPPA = 0.5
+
+
+def _weighted_kappa(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Cohen's kappa of labels ``a`` and ``b`` under each row of weights ``w``."""
+    total = w.sum(axis=1)
+    agree = (w @ (a == b).astype(float)) / total
+    chance = np.zeros_like(agree)
+    for k in np.union1d(a, b):
+        chance += ((w @ (a == k).astype(float)) / total) * ((w @ (b == k).astype(float)) / total)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        kappa = (agree - chance) / (1 - chance)
+    # one class on both sides: full agreement is agreement, anything else is none
+    return np.asarray(np.where(chance >= 1 - 1e-12, np.where(agree >= 1, 1.0, 0.0), kappa))
+
+
+@dataclass(frozen=True)
+class LabelTest:
+    """The paired label test of two classifiers of many classes: Cohen's kappa of their
+    predicted classes over the same rows, with an entity-bootstrap upper bound."""
+
+    entities: int
+    kappa: float
+    agreement: float  # share of rows where both predict the same class
+    upper_bound: float | None
+    least: float
+    passed: bool | None  # None: too few entities
+    detail: str
+
+
+def label_test(
+    baseline: np.ndarray,
+    candidate: np.ndarray,
+    clusters: np.ndarray,
+    least: float = MIN_KAPPA,
+    p_fail: float = SCORE_TEST_P,
+) -> LabelTest:
+    """Whether ``candidate`` predicts the classes ``baseline`` predicts beyond chance.
+
+    Kappa, not the agreement rate: two models that both predict the majority
+    class agree often and say nothing. A model on shuffled labels has kappa
+    near 0 with any other, one model on both arms exactly 1 (it never fails).
+    """
+    from mlpipe.monitoring._label_metrics import BOOTSTRAP_DRAWS, cluster_weights
+
+    n = len(np.unique(clusters))
+    agreement = float(np.mean(baseline == candidate)) if len(baseline) else math.nan
+    if np.array_equal(baseline, candidate):
+        kappa, draws = 1.0, np.ones(1)
+    else:
+        kappa = float(_weighted_kappa(baseline, candidate, np.ones((1, len(baseline))))[0])
+        draws = np.nan_to_num(
+            _weighted_kappa(baseline, candidate, cluster_weights(clusters, BOOTSTRAP_DRAWS))
+        )
+    if n < MIN_ENTITIES:
+        detail = f"{n} entities < {MIN_ENTITIES}: not evaluated"
+        return LabelTest(n, kappa, agreement, None, least, None, detail)
+    bound = float(np.quantile(draws, 1 - p_fail))
+    detail = (
+        f"{n} entities: kappa {kappa:.3f} (upper {1 - p_fail:.0%} bound {bound:.3f}); "
+        f"same class on {agreement:.1%} of rows"
+    )
+    return LabelTest(n, kappa, agreement, bound, least, bound >= least, detail)
+
+
 @dataclass(frozen=True)
 class Rescored:
     """Scores of one version on logged feature rows, or why there are none."""
@@ -119,6 +189,7 @@ class Rescored:
     scores: np.ndarray | None
     threshold: float
     reason: str = ""
+    task: TaskSpec = field(default_factory=TaskSpec)
 
 
 def rescore(settings: Settings, model: str, version: str, features: pd.DataFrame) -> Rescored:
@@ -133,24 +204,41 @@ def rescore(settings: Settings, model: str, version: str, features: pd.DataFrame
     x = features[loaded.features].to_numpy(dtype=float)
     if np.isnan(x).any():
         return Rescored(None, loaded.threshold, "logged features hold missing values")
-    return Rescored(np.asarray(loaded.predict_scores(x), dtype=float), loaded.threshold)
+    scores = np.asarray(loaded.predict_scores(x), dtype=float)
+    return Rescored(scores, loaded.threshold, task=loaded.task)
+
+
+def served_scores(output: np.ndarray) -> np.ndarray:
+    """The score a version logs for its output: P(predicted class) for class probabilities,
+    the output itself otherwise (see :mod:`mlpipe.tasks`)."""
+    return output.max(axis=1) if output.ndim == 2 else output
 
 
 def reproduced(logged: np.ndarray, rescored: np.ndarray) -> tuple[bool, float]:
-    """Whether re-scoring gives the served scores back, and the share of rows that agree."""
+    """Whether re-scoring gives the served scores back, and the share of rows that agree.
+
+    ``rescored`` may be class probabilities (their largest is what was logged); a
+    regression value agrees within the tolerance relative to its size.
+    """
     if not len(logged):
         return True, 1.0
-    share = float(np.mean(np.abs(logged - rescored) <= REPRODUCE_TOLERANCE))
+    own = served_scores(rescored)
+    tolerance = REPRODUCE_TOLERANCE * np.maximum(1.0, np.abs(logged))
+    share = float(np.mean(np.abs(logged - own) <= tolerance))
     return share >= REPRODUCE_SHARE, share
 
 
 __all__ = [
     "MIN_ENTITIES",
+    "MIN_KAPPA",
+    "LabelTest",
     "Rescored",
     "ScoreTest",
     "entity_codes",
+    "label_test",
     "percentile_ranks",
     "rescore",
     "reproduced",
     "score_test",
+    "served_scores",
 ]

@@ -7,11 +7,13 @@ not its scores) and the scores cached beside the null distributions. Training
 labels are not a reference for scores: a model's positive rate is not the
 base rate.
 
-Quality: with outcomes in the window, AUC, recall and precision at the
-version's threshold and log loss, with entity-clustered bootstrap intervals
-(:mod:`._label_metrics`), against the metrics registered with the version
-(its holdout). A metric whose whole one-sided 99 % interval is worse than the
-registered value by more than its margin is a ``quality`` alarm.
+Quality: with outcomes in the window, the task's metrics with entity-clustered
+bootstrap intervals (binary: AUC, recall and precision at the version's
+threshold and log loss, :mod:`._label_metrics`; multiclass: accuracy, macro F1,
+log loss; regression: MAE, RMSE, bias, :mod:`._task_metrics`), against the
+metrics registered with the version (its holdout). A metric whose whole
+one-sided 99 % interval is worse than the registered value by more than its
+margin is a ``quality`` alarm.
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from mlpipe import registry
 from mlpipe.config import Settings
+from mlpipe.errors import MlpipeError
 from mlpipe.monitoring import _label_metrics as lm
+from mlpipe.monitoring import _task_metrics as tm
 from mlpipe.monitoring._calibration import MIN_EFFECT, reference_digest, safe_name, severity
+from mlpipe.tasks import Task, TaskSpec
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,6 +43,11 @@ _REGISTERED = {
     "recall": ("recall",),
     "precision": ("precision",),
     "log_loss": ("log_loss", "logloss"),
+    "accuracy": ("accuracy",),
+    "macro_f1": ("macro_f1", "f1_macro"),
+    "mae": ("mae",),
+    "rmse": ("rmse",),
+    "bias": ("bias",),
 }
 
 
@@ -107,12 +117,25 @@ def positive_rate_test(
     )
 
 
-def registered_metrics(settings: Settings, model: str, version: str) -> dict[str, float]:
-    """The version's registered metrics under :data:`lm.METRICS` names (NaN where absent)."""
+def version_task(settings: Settings, model: str, version: str | None) -> TaskSpec:
+    """The version's task from the registry (binary where it is unknown or unreachable)."""
+    if version is None:
+        return TaskSpec()
+    try:
+        return registry.show(settings, f"{model}/{version}").task
+    except MlpipeError:
+        return TaskSpec()
+
+
+def registered_metrics(
+    settings: Settings, model: str, version: str, task: Task = "binary"
+) -> dict[str, float]:
+    """The version's registered metrics under the task's metric names (NaN where absent;
+    binary: :data:`lm.METRICS`, else :data:`tm.METRICS`)."""
     tags = registry.show(settings, f"{model}/{version}").metrics
     out = {}
-    for metric, names in _REGISTERED.items():
-        found = [tags[n] for n in names if n in tags]
+    for metric in tm.METRICS[task]:
+        found = [tags[n] for n in _REGISTERED[metric] if n in tags]
         out[metric] = float(found[0]) if found else float("nan")
     return out
 
@@ -156,6 +179,51 @@ def quality(
     out["status"] = "quality" if out["alarms"] else "ok"
     out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
     return out
+
+
+def task_quality(
+    rows: pd.DataFrame,
+    clusters: np.ndarray,
+    registered: dict[str, float] | None,
+    min_labels: int,
+    spec: TaskSpec,
+) -> tuple[dict[str, Any], tm.Labelled | None]:
+    """:func:`quality` for a multiclass or regression version: the task's metrics on the
+    labelled rows (:mod:`._task_metrics`), judged against its registered metrics; also the
+    labelled rows (None when too few) for Evidently's report."""
+    import numpy as np
+
+    given = rows["outcome_label"].to_numpy() if "outcome_label" in rows else None
+    truth = tm.task_outcomes(spec, rows["outcome"].to_numpy(dtype=float), given)
+    labelled = truth.labelled
+    if spec.task == "multiclass":
+        labelled &= rows["probabilities"].notna().to_numpy()
+    n = int(labelled.sum())
+    out: dict[str, Any] = {"labelled_rows": n, "rows": len(rows), "alarms": [], "task": spec.task}
+    out["label_lag"] = label_lag(rows, labelled)
+    if note := truth.note(spec.task):
+        out["unusable_labels"] = truth.unusable
+        out["labels_note"] = note
+    if n < min_labels:
+        out["status"] = "insufficient"
+        out["note"] = f"{n} labelled request(s) (< {min_labels}): not judged"
+        return out, None
+    if spec.task == "multiclass":
+        output = tm.stacked(rows["probabilities"].to_numpy()[labelled])
+    else:
+        output = rows["score"].to_numpy(dtype=float)[labelled]
+    scored = tm.Labelled(output, truth.y[labelled], clusters[labelled])
+    known = registered or dict.fromkeys(tm.METRICS[spec.task], float("nan"))
+    point, comparisons = tm.against_registered(spec.task, scored, known, QUALITY_ALPHA)
+    out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
+    if registered is None:
+        out["status"] = "not judged"
+        out["note"] = "the version has no registered metrics to compare with"
+        return out, scored
+    out["metrics"] = [c.__dict__ for c in comparisons]
+    out["alarms"] = [c.metric for c in comparisons if c.worse]
+    out["status"] = "quality" if out["alarms"] else "ok"
+    return out, scored
 
 
 def label_lag(rows: pd.DataFrame, labelled: np.ndarray) -> str:

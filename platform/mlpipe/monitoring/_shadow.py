@@ -9,7 +9,10 @@ score differences, the requests they disagree on most (with their ids, to
 replay them), and each side's latency (the shadow's is measured off the
 response path, so it is shown, not judged). Verdict: insufficient below
 ``canary_min_requests`` paired requests or with nothing to compare; fail when
-a check fails; pass otherwise.
+a check fails; pass otherwise. Per task (:mod:`._model_checks`): a multiclass
+pair is compared on its logged class probabilities (class agreement, the
+largest class-probability difference per request), a regression pair on its
+predicted values (no label agreement: a regression has no labels).
 """
 
 from __future__ import annotations
@@ -24,15 +27,12 @@ import numpy as np
 from mlpipe import warehouse
 from mlpipe.config import Settings
 from mlpipe.monitoring import _paired
-from mlpipe.monitoring._canary import (
-    EXIT_CODES,
-    CanaryCheck,
-    CanaryOutcome,
-    Pairing,
-    label_checks,
-    score_check,
-)
+from mlpipe.monitoring import _task_metrics as tm
+from mlpipe.monitoring._canary import EXIT_CODES, CanaryOutcome
+from mlpipe.monitoring._model_checks import CanaryCheck, Pairing, label_checks, score_check
+from mlpipe.monitoring._quality import version_task
 from mlpipe.monitoring._reports import publish_versus_champion, read_logged, with_entity_keys
+from mlpipe.tasks import TaskSpec
 from mlpipe.windows import window_ending
 
 if TYPE_CHECKING:
@@ -51,9 +51,10 @@ class Disagreement:
     champion_score: float
     shadow_score: float
     delta: float  # shadow − champion
-    champion_label: int
-    shadow_label: int
+    champion_label: int | None  # None: a regression has no labels
+    shadow_label: int | None
     outcome: float | None
+    probability_delta: float | None = None  # multiclass: the largest |shadow − champion|
 
 
 @dataclass
@@ -68,13 +69,16 @@ class ShadowAnalysis:
     verdict: CanaryOutcome
     paired_requests: int
     unpaired_shadow_rows: int
-    label_agreement: float
+    label_agreement: float  # NaN for a regression (no labels)
     score_delta: dict[str, float] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     checks: list[CanaryCheck] = field(default_factory=list)
     disagreements: list[Disagreement] = field(default_factory=list)
     report_path: str | None = None
     html_path: str | None = None
+    task: str = "binary"
+    # multiclass: the largest |shadow − champion| class probability per request, its spread
+    probability_delta: dict[str, float] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -102,22 +106,44 @@ def pair_shadow(rows: pd.DataFrame, version: str | None) -> tuple[pd.DataFrame, 
     return paired.reset_index(drop=True), len(shadow) - len(paired)
 
 
-def _pairing(paired: pd.DataFrame) -> Pairing:
+def _outputs(paired: pd.DataFrame, side: str, task: TaskSpec) -> np.ndarray:
+    """One side's logged outputs: class probabilities (multiclass) or scores."""
+    if task.task == "multiclass":
+        return tm.stacked(paired[f"probabilities_{side}"].to_numpy())
+    return paired[f"score_{side}"].to_numpy(dtype=float)
+
+
+def _pairing(paired: pd.DataFrame, task: TaskSpec | None = None) -> Pairing:
+    task = task or TaskSpec()
     codes = _paired.entity_codes(paired["entity_key_ch"], paired["request_id"])
+    given = paired["outcome_label_ch"].to_numpy() if "outcome_label_ch" in paired else None
     return Pairing(
-        champion=paired["score_ch"].to_numpy(dtype=float),
-        canary=paired["score_sh"].to_numpy(dtype=float),
+        champion=_outputs(paired, "ch", task),
+        canary=_outputs(paired, "sh", task),
         champion_threshold=math.nan,
         canary_threshold=math.nan,
         clusters=codes,
         outcome=paired["outcome_ch"].to_numpy(dtype=float),
         champion_flagged=paired["label_ch"].to_numpy() == 1,
         canary_flagged=paired["label_sh"].to_numpy() == 1,
+        task=task,
+        outcome_label=given,
     )
 
 
-def _figures(paired: pd.DataFrame) -> tuple[float, dict[str, float], dict[str, float]]:
-    """Label agreement, the score-delta distribution and both sides' latency."""
+def _probability_delta(paired: pd.DataFrame, task: TaskSpec) -> np.ndarray | None:
+    """Per request, the largest |shadow − champion| class probability (multiclass only)."""
+    if task.task != "multiclass" or not len(paired):
+        return None
+    ch, sh = _outputs(paired, "ch", task), _outputs(paired, "sh", task)
+    return np.asarray(np.abs(sh - ch).max(axis=1))
+
+
+def _figures(
+    paired: pd.DataFrame, task: TaskSpec | None = None
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Label agreement (NaN for a regression), the score-delta distribution and both sides'
+    latency."""
     if not len(paired):
         return math.nan, {}, {}
     delta = (paired["score_sh"] - paired["score_ch"]).to_numpy(dtype=float)
@@ -129,13 +155,36 @@ def _figures(paired: pd.DataFrame) -> tuple[float, dict[str, float], dict[str, f
         for side, suffix in (("champion", "ch"), ("shadow", "sh"))
         for name, q in (("p50", 0.5), ("p99", 0.99))
     }
+    if (task or TaskSpec()).task == "regression":
+        return math.nan, spread, latency
     agreement = float((paired["label_ch"] == paired["label_sh"]).mean())
     return agreement, spread, latency
 
 
-def _disagreements(paired: pd.DataFrame, top: int) -> list[Disagreement]:
-    delta = paired["score_sh"] - paired["score_ch"]
-    order = delta.abs().sort_values(ascending=False, kind="stable").index[:top]
+def _spread_of(values: np.ndarray | None) -> dict[str, float]:
+    if values is None or not len(values):
+        return {}
+    return {"mean": float(values.mean()), "max": float(values.max())}
+
+
+def _label(value: Any) -> int | None:
+    """A logged label (None or NaN for a regression's rows)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return int(value)
+
+
+def _disagreements(
+    paired: pd.DataFrame, top: int, task: TaskSpec | None = None
+) -> list[Disagreement]:
+    """The ``top`` requests scored furthest apart (multiclass: by class probabilities)."""
+    import pandas as pd
+
+    distance = (paired["score_sh"] - paired["score_ch"]).abs()
+    by_probability = _probability_delta(paired, task or TaskSpec())
+    if by_probability is not None:
+        distance = pd.Series(by_probability, index=paired.index)
+    order = distance.sort_values(ascending=False, kind="stable").index[:top]
     return [
         Disagreement(
             request_id=str(r.request_id),
@@ -143,23 +192,24 @@ def _disagreements(paired: pd.DataFrame, top: int) -> list[Disagreement]:
             champion_score=float(r.score_ch),
             shadow_score=float(r.score_sh),
             delta=float(r.score_sh - r.score_ch),
-            champion_label=int(r.label_ch),
-            shadow_label=int(r.label_sh),
+            champion_label=_label(r.label_ch),
+            shadow_label=_label(r.label_sh),
             outcome=None if math.isnan(r.outcome_ch) else float(r.outcome_ch),
+            probability_delta=None if by_probability is None else float(distance[i]),
         )
-        for r in paired.loc[order].itertuples()
+        for i, r in zip(order, paired.loc[order].itertuples(), strict=True)
     ]
 
 
 def shadow_checks(
-    paired: pd.DataFrame, least_requests: int, least_labels: int
+    paired: pd.DataFrame, least_requests: int, least_labels: int, task: TaskSpec | None = None
 ) -> tuple[CanaryOutcome, list[CanaryCheck]]:
     """The checks on the paired rows and the verdict over them."""
     n = len(paired)
     requests = CanaryCheck("requests", n, n, f">= {least_requests} paired", n >= least_requests)
     if not requests.passed:
         return "insufficient", [requests]
-    pairing = _pairing(paired)
+    pairing = _pairing(paired, task)
     models = [score_check(pairing, ""), *label_checks(pairing, least_labels)]
     checks = [requests, *models]
     if any(c.passed is False for c in checks):
@@ -191,14 +241,19 @@ def analyze_shadow(
     )  # fmt: skip
     paired, unpaired = pair_shadow(with_entity_keys(logged), version)
     limits = settings.monitor
-    verdict, checks = shadow_checks(paired, limits.canary_min_requests, limits.canary_min_labels)
-    agreement, spread, latency = _figures(paired)
     versions = [
         str(paired[c].iloc[0]) if len(paired) else None for c in ("version_ch", "version_sh")
     ]
+    task = version_task(settings, model, versions[1] or version)
+    verdict, checks = shadow_checks(
+        paired, limits.canary_min_requests, limits.canary_min_labels, task
+    )
+    agreement, spread, latency = _figures(paired, task)
     result = ShadowAnalysis(
         model, versions[0], versions[1] or version, current.start, current.end, verdict,
-        len(paired), unpaired, agreement, spread, latency, checks, _disagreements(paired, top),
+        len(paired), unpaired, agreement, spread, latency, checks,
+        _disagreements(paired, top, task), task=task.describe(),
+        probability_delta=_spread_of(_probability_delta(paired, task)),
     )  # fmt: skip
     publish_versus_champion(
         settings, "shadow", current, model, result.shadow_version, result, notify

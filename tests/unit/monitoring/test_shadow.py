@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from mlpipe.monitoring._shadow import _disagreements, _figures, pair_shadow, shadow_checks
 
@@ -69,3 +70,41 @@ def test_only_the_asked_shadow_version_pairs_and_too_few_is_insufficient() -> No
     assert verdict == "insufficient" and [(c.name, c.passed) for c in checks] == [
         ("requests", False)
     ]
+
+
+def _regression_rows(n: int, shadow_bias: float) -> pd.DataFrame:
+    """A regressor's answers and a shadow's (the same predictions + ``shadow_bias``)."""
+    rng = np.random.default_rng(1)
+    value = rng.normal(50, 10, n)
+    outcome = value + rng.normal(0, 1, n)
+    frames = [
+        pd.DataFrame(
+            {
+                "request_id": [f"r{i}" for i in range(n)],
+                "ts": pd.Timestamp("2026-01-01") + pd.to_timedelta(np.arange(n), unit="s"),
+                "arm": arm, "version": version, "score": value + bias, "label": None,
+                "probabilities": None, "latency_ms": 4.0, "status": "ok", "outcome": outcome,
+                "outcome_label": None, "entity_key": [f"customer_id={i % 150}" for i in range(n)],
+            }
+        )
+        for arm, version, bias in (("champion", "1", 0.0), ("shadow", "2", shadow_bias))
+    ]  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_a_biased_regression_shadow_fails_on_bias_and_has_no_label_agreement() -> None:
+    from mlpipe.tasks import TaskSpec
+
+    task = TaskSpec("regression")
+    paired, _ = pair_shadow(_regression_rows(1000, 1.0), None)
+    verdict, checks = shadow_checks(paired, 200, 100, task)
+    by_name = {c.name: c for c in checks}
+    assert verdict == "fail" and by_name["bias"].passed is False
+    assert by_name["paired_score"].passed is True
+    agreement, spread, _ = _figures(paired, task)
+    assert np.isnan(agreement)
+    assert spread["mean_abs"] == pytest.approx(1.0) and spread["max_abs"] == pytest.approx(1.0)
+    (top,) = _disagreements(paired, 1, task)
+    assert top.champion_label is None and top.probability_delta is None
+    same, _ = pair_shadow(_regression_rows(1000, 0.0), None)
+    assert shadow_checks(same, 200, 100, task)[0] == "pass"
