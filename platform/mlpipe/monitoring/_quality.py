@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlpipe import registry
 from mlpipe.config import Settings
-from mlpipe.errors import MlpipeError
+from mlpipe.errors import NotFound
 from mlpipe.monitoring import _label_metrics as lm
 from mlpipe.monitoring import _task_metrics as tm
 from mlpipe.monitoring._calibration import MIN_EFFECT, reference_digest, safe_name, severity
@@ -118,12 +118,16 @@ def positive_rate_test(
 
 
 def version_task(settings: Settings, model: str, version: str | None) -> TaskSpec:
-    """The version's task from the registry (binary where it is unknown or unreachable)."""
+    """The version's task from the registry (binary for a version it does not know).
+
+    An unreachable registry raises StoreUnavailable: judging a multiclass or
+    regression version by binary rules would be wrong without a word.
+    """
     if version is None:
         return TaskSpec()
     try:
         return registry.show(settings, f"{model}/{version}").task
-    except MlpipeError:
+    except NotFound:
         return TaskSpec()
 
 
