@@ -240,3 +240,32 @@ def test_a_missing_features_column_or_a_failing_model_is_one_line_and_registers_
         "student, balance, income, region: "
     )
     assert registry.list_models(settings) == []
+
+
+def test_monitor_drift_compares_string_inputs_as_categories(credit: Any) -> None:
+    """Served raw strings reach the drift report as categories: a window of students only
+    (the reference is about half) drifts on ``student``; ``region`` as sent does not."""
+    from tests.conftest import run_cli
+
+    rng = np.random.default_rng(3)
+    for i in range(80):
+        features = {
+            "student": "Yes",
+            "balance": float(rng.gamma(2.0, 400.0)),
+            "income": float(rng.normal(40_000, 9_000)),
+            "region": str(rng.choice(["north", "south", "east"])),
+        }
+        body = {"model": "credit", "entity": {}, "features": features, "request_id": f"d{i}"}
+        assert credit.server.post(body).status_code == 200
+    env = {"MLPIPE_HOME": str(credit.settings.home)}
+    assert run_cli("warehouse", "sync", env=env).returncode == 0
+    result = run_cli("monitor", "drift", "credit", "--json", env=env)
+    assert result.stdout.startswith("{"), result.stderr
+    report = json.loads(result.stdout)
+    (arm,) = [a for a in report["arms"] if a["arm"] == "champion"]
+    columns = {c["column"]: c for c in arm["columns"]}
+    assert columns["student"]["method"] == "jensenshannon"
+    assert columns["student"]["drifted"] is True, json.dumps(arm)
+    assert columns["region"]["method"] == "jensenshannon"
+    assert columns["region"]["drifted"] is False, columns["region"]
+    assert result.returncode == 1, result.stdout + result.stderr

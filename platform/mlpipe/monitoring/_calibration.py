@@ -30,7 +30,7 @@ import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -65,12 +65,21 @@ class NullFit:
     log_mean: float
     log_sd: float
     largest: float
+    # Categorical columns: 8·n·JS² of a clean window is chi-square with (categories - 1)
+    # degrees of freedom, so the tail is read from it, scaled back to a distance.
+    chi2_dof: int = 0
+    chi2_scale: float = 0.0
 
     def threshold(self, alpha: float) -> float:
         """The distance a clean window exceeds with probability ``alpha``."""
         from scipy.stats import norm
 
-        tail = math.exp(self.log_mean + float(norm.isf(alpha)) * self.log_sd)
+        if self.chi2_dof:
+            from scipy.stats import chi2
+
+            tail = self.chi2_scale * math.sqrt(float(chi2.isf(alpha, self.chi2_dof)))
+        else:
+            tail = math.exp(self.log_mean + float(norm.isf(alpha)) * self.log_sd)
         return max(tail, self.largest)
 
 
@@ -165,9 +174,17 @@ def null_fit(kind: Kind, reference: np.ndarray, size: int, seed: int = 0) -> Nul
         null = _numerical_null(np.sort(reference.astype(float)), size, rng)
     else:
         null = _categorical_null(reference, size, rng)
-    null = null * math.sqrt(1.0 + size / full)
+    widen = math.sqrt(1.0 + size / full)
+    null = null * widen
     logs = np.log(np.maximum(null, 1e-12))
-    return NullFit(size, RESAMPLES, float(logs.mean()), float(logs.std()), float(null.max()))
+    fit = NullFit(size, RESAMPLES, float(logs.mean()), float(logs.std()), float(null.max()))
+    if kind == "categorical":
+        # A log-normal fits these discrete, often-zero distances badly: a window matching
+        # the reference exactly (distance 0) put thresholds in the millions (never alarming).
+        dof = len(np.unique(reference.astype(str))) - 1
+        if dof:
+            fit = replace(fit, chi2_dof=dof, chi2_scale=widen / math.sqrt(8.0 * size))
+    return fit
 
 
 def _numerical_null(ordered: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -203,7 +220,8 @@ class NullCache:
 
     def __init__(self, folder: Path, model: str, version: str, reference: pd.DataFrame) -> None:
         digest = reference_digest(reference)
-        self.path = folder / safe_name(model) / safe_name(version) / f"{digest}.json"
+        # "-2": fits of format 2 (chi-square tails for categories); older files are ignored
+        self.path = folder / safe_name(model) / safe_name(version) / f"{digest}-2.json"
         self._fits: dict[str, dict[str, NullFit]] | None = None
 
     def fit(self, column: str, kind: Kind, reference: np.ndarray, size: int) -> NullFit:

@@ -201,10 +201,9 @@ def rescore(settings: Settings, model: str, version: str, features: pd.DataFrame
     missing = [f for f in loaded.features if f not in features.columns]
     if missing:
         return Rescored(None, loaded.threshold, f"the log lacks inputs of v{version}: {missing}")
-    x = features[loaded.features].to_numpy(dtype=float)
-    if np.isnan(x).any():
+    if features[loaded.features].isna().to_numpy().any():
         return Rescored(None, loaded.threshold, "logged features hold missing values")
-    scores = np.asarray(loaded.predict_scores(x), dtype=float)
+    scores = np.asarray(loaded.predict_scores(loaded.inputs_from(features)), dtype=float)
     return Rescored(scores, loaded.threshold, task=loaded.task)
 
 

@@ -13,6 +13,7 @@ from mlpipe.tasks import TaskSpec
 
 if TYPE_CHECKING:
     import numpy as np
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,13 @@ class LoadedModel:
         :mod:`mlpipe.tasks`): ``x`` is a float array, columns in ``features`` order, or
         (``frame_inputs``) a DataFrame with the training names and dtypes."""
         return self._scorer(x)
+
+    def inputs_from(self, frame: pd.DataFrame) -> Any:
+        """The ``features`` columns of ``frame`` as the model takes them: a float array, or
+        (``frame_inputs``) a DataFrame with the training dtypes, as serving builds them."""
+        if self.frame_inputs is None:
+            return frame[self.features].to_numpy(dtype=float)
+        return self.frame_inputs.to_frame(frame[self.features].to_numpy(dtype=object).tolist())
 
     @property
     def _scorer(self) -> Any:

@@ -236,7 +236,7 @@ def _split_entities(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _decode_features(frame: pd.DataFrame) -> pd.DataFrame:
-    """One column per logged model input (numbers where they parse), on the frame's index."""
+    """One column per logged model input (numbers where they all parse), on the frame's index."""
     import msgspec
     import pandas as pd
 
@@ -250,7 +250,16 @@ def _decode_features(frame: pd.DataFrame) -> pd.DataFrame:
         if decoded
         else pd.DataFrame(index=frame.index)
     )
-    return features.apply(pd.to_numeric, errors="coerce") if len(features.columns) else features
+    return features.apply(_numbers_where_all_parse) if len(features.columns) else features
+
+
+def _numbers_where_all_parse(column: pd.Series) -> pd.Series:
+    """A logged input as numbers, or as it was logged (a model's string input) when any
+    present value is no number: drift then compares its categories."""
+    import pandas as pd
+
+    numbers = pd.to_numeric(column, errors="coerce")
+    return numbers if numbers.notna().sum() == column.notna().sum() else column
 
 
 def _nullable_label(label: pd.Series) -> pd.Series:
