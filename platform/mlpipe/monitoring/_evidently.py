@@ -139,7 +139,7 @@ def classification_quality(rows: pd.DataFrame) -> tuple[dict[str, Any] | None, A
     labelled = rows[rows["outcome"].notna()]
     if labelled.empty:
         return None, None
-    from evidently import BinaryClassification, DataDefinition, Dataset, Report
+    from evidently import BinaryClassification, DataDefinition, Report
     from evidently.metrics import Accuracy, F1Score, Precision, Recall
 
     frame = labelled.assign(
@@ -150,19 +150,7 @@ def classification_quality(rows: pd.DataFrame) -> tuple[dict[str, Any] | None, A
         categorical_columns=["target", "prediction"],
     )
     report = Report([Accuracy(), Precision(), Recall(), F1Score()])
-    figures: dict[str, Any] = {"labelled_rows": int(len(frame))}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            snapshot = report.run(Dataset.from_pandas(frame, data_definition=definition), None)
-    except Exception as exc:  # noqa: BLE001 - quality is extra; the drift verdict stands without it
-        figures["error"] = f"{type(exc).__name__}: {exc}"[:200]
-        return figures, None
-    for metric in snapshot.dict()["metrics"]:
-        name = metric["metric_name"].split("(")[0].lower()
-        value = metric.get("value")
-        figures[name] = value if isinstance(value, int | float) else None
-    return figures, snapshot
+    return _figures_of(report, frame, definition)
 
 
 def task_quality(

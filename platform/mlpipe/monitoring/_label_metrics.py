@@ -126,26 +126,54 @@ def compare(
     """
     out = []
     for metric in METRICS:
-        draws = deltas[metric][~np.isnan(deltas[metric])]
         base, cand = baseline[metric], candidate[metric]
         margin = MARGINS[metric] * (abs(base) if metric == "log_loss" else 1.0)
-        n = supports[metric]
-        if (
-            n < MIN_SUPPORT
-            or np.isnan(base)
-            or np.isnan(cand)
-            or len(draws) < len(deltas[metric]) // 2
-        ):
-            out.append(MetricComparison(metric, base, cand, cand - base, np.nan, margin, None, n))
-            continue
-        if HIGHER_IS_BETTER[metric]:
-            bound = float(np.quantile(draws, 1 - alpha))
-            worse = bound < -margin
-        else:
-            bound = float(np.quantile(draws, alpha))
-            worse = bound > margin
-        out.append(MetricComparison(metric, base, cand, cand - base, bound, margin, bool(worse), n))
+        out.append(
+            judge(
+                metric,
+                base,
+                cand,
+                cand - base,
+                deltas[metric],
+                margin,
+                supports[metric],
+                HIGHER_IS_BETTER[metric],
+                alpha,
+            )
+        )
     return out
+
+
+def judge(
+    metric: str,
+    base: float,
+    cand: float,
+    delta: float,
+    deltas: np.ndarray,
+    margin: float,
+    n: int,
+    higher_is_better: bool,
+    alpha: float,
+) -> MetricComparison:
+    """One metric's non-inferiority verdict from its bootstrap ``deltas`` (NaN draws dropped):
+    not judged (``worse`` None) below ``MIN_SUPPORT`` entities, with a figure or the margin
+    missing, or when more than half the draws are NaN."""
+    draws = deltas[~np.isnan(deltas)]
+    if (
+        n < MIN_SUPPORT
+        or np.isnan(base)
+        or np.isnan(cand)
+        or np.isnan(margin)
+        or len(draws) < len(deltas) // 2
+    ):
+        return MetricComparison(metric, base, cand, delta, np.nan, margin, None, n)
+    if higher_is_better:
+        bound = float(np.quantile(draws, 1 - alpha))
+        worse = bound < -margin
+    else:
+        bound = float(np.quantile(draws, alpha))
+        worse = bound > margin
+    return MetricComparison(metric, base, cand, delta, bound, margin, bool(worse), n)
 
 
 def paired(baseline: Scored, candidate: Scored, seed: int = 0) -> list[MetricComparison]:

@@ -147,27 +147,22 @@ def compare(
         base, cand = baseline[metric], candidate[metric]
         b_draws, c_draws = draws[metric]
         deltas = _judged(metric, c_draws) - _judged(metric, b_draws)
-        finite = deltas[~np.isnan(deltas)]
         share, of = MARGINS[metric]
         margin = share * (abs(baseline[of]) if of is not None else 1.0)
         delta = float(_judged(metric, cand) - _judged(metric, base))
-        n = supports[metric]
-        if (
-            n < lm.MIN_SUPPORT
-            or np.isnan(base)
-            or np.isnan(cand)
-            or np.isnan(margin)
-            or len(finite) < len(deltas) // 2
-        ):
-            out.append(lm.MetricComparison(metric, base, cand, delta, np.nan, margin, None, n))
-            continue
-        if HIGHER_IS_BETTER[metric]:
-            bound = float(np.quantile(finite, 1 - alpha))
-            worse = bound < -margin
-        else:
-            bound = float(np.quantile(finite, alpha))
-            worse = bound > margin
-        out.append(lm.MetricComparison(metric, base, cand, delta, bound, margin, bool(worse), n))
+        out.append(
+            lm.judge(
+                metric,
+                base,
+                cand,
+                delta,
+                deltas,
+                margin,
+                supports[metric],
+                HIGHER_IS_BETTER[metric],
+                alpha,
+            )
+        )
     return out
 
 
