@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from mlpipe.config import Settings
 from mlpipe.serving import free_port
 
 ADMIN_URL = os.environ.get("MLPIPE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -187,3 +188,16 @@ def redis_connection_string() -> str:
     parts = urlsplit(REDIS_URL)
     db = (parts.path or "/0").lstrip("/") or "0"
     return f"{parts.hostname or '127.0.0.1'}:{parts.port or 6379},db={db}"
+
+
+@pytest.fixture(
+    name="settings", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def either_warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
+    """``settings`` whose warehouse is a fresh DuckDB file, or a fresh PostgreSQL database
+    (import it into a test module to run its tests on both)."""
+    if request.param == "duckdb":
+        yield Settings(home=tmp_path)
+        return
+    with postgres_database() as url:
+        yield Settings(home=tmp_path, warehouse_url=url)

@@ -9,7 +9,6 @@ DuckDB file and on a real PostgreSQL.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,23 +21,12 @@ from mlpipe.config import Settings
 from mlpipe.predlog import PredictionRecord
 from mlpipe.warehouse import _schema, _sync
 from tests.conftest import run_in_process
+from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
 from tests.integration.test_warehouse_tenants import START, _record, _write
 
 pytestmark = pytest.mark.integration
 
 PROBS = [0.1, 0.2, 0.7]
-
-
-@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    """Settings whose warehouse is a fresh DuckDB file, or a fresh PostgreSQL database."""
-    if request.param == "duckdb":
-        yield Settings(home=tmp_path)
-        return
-    from tests.integration.prod_services import postgres_database
-
-    with postgres_database() as url:
-        yield Settings(home=tmp_path, warehouse_url=url)
 
 
 def _three_tasks(prefix: str) -> list[PredictionRecord]:

@@ -9,7 +9,6 @@ test runs on a DuckDB file and on a real PostgreSQL.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,22 +20,11 @@ from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput
 from mlpipe.predlog import ENCODER, PredictionRecord
 from tests.conftest import run_cli
+from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
 
 pytestmark = pytest.mark.integration
 
 START = time.time() - 600
-
-
-@pytest.fixture(params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Settings]:
-    """Settings whose warehouse is a fresh DuckDB file, or a fresh PostgreSQL database."""
-    if request.param == "duckdb":
-        yield Settings(home=tmp_path)
-        return
-    from tests.integration.prod_services import postgres_database
-
-    with postgres_database() as url:
-        yield Settings(home=tmp_path, warehouse_url=url)
 
 
 def _record(request_id: str, tenant: str, customer: int, **changes: object) -> PredictionRecord:
