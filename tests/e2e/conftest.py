@@ -11,6 +11,7 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -73,6 +74,19 @@ class Server(ScoringProcess):
 
     def post(self, body: Any, **kw: Any) -> httpx.Response:
         return httpx.post(f"{self.url}/predict", json=body, timeout=30, **kw)
+
+    @contextmanager
+    def running(self) -> Iterator[Server]:
+        """Started; on exit stopped, and no process of its group left behind."""
+        try:
+            self.start()
+            yield self
+        finally:
+            self.stop()
+            leftover = subprocess.run(
+                ["pgrep", "-g", str(self.pid)], capture_output=True, text=True
+            ).stdout.split()
+            assert not leftover, f"stray server processes: {leftover}"
 
 
 def predlog_rows(settings: Any) -> list[Any]:
@@ -138,9 +152,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
     tampered = registry.register(settings, "fraud", dataset=data, model_path=home / "model4.joblib")
     (artifact,) = _skops_files(home) - before
     deployments.deploy(settings, "fraud", versions[1])
-    server = Server(home, settings)
-    try:
-        server.start()
+    with Server(home, settings).running() as server:
         models = {v: registry.load_verified(settings, "fraud", v) for v in versions.values()}
         yield SimpleNamespace(
             home=home,
@@ -151,9 +163,3 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
             tampered_version=tampered.version,
             tampered_artifact=artifact,
         )
-    finally:
-        server.stop()
-        leftover = subprocess.run(
-            ["pgrep", "-g", str(server.pid)], capture_output=True, text=True
-        ).stdout.split()
-        assert not leftover, f"stray server processes: {leftover}"

@@ -12,7 +12,6 @@ row.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,18 +82,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
         label="target",
     )
     deployments.deploy(settings, "iris", info.version, shadow=100)
-    server = Server(home, settings)
-    try:
-        server.start()
+    with Server(home, settings).running() as server:
         yield SimpleNamespace(
             settings=settings, server=server, models=models, shadow=shadow, frames=frames
         )
-    finally:
-        server.stop()
-        leftover = subprocess.run(
-            ["pgrep", "-g", str(server.pid)], capture_output=True, text=True
-        ).stdout.split()
-        assert not leftover, f"stray server processes: {leftover}"
 
 
 def _inputs(served: Any, name: str, rows: list[int]) -> pd.DataFrame:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -93,16 +92,8 @@ def credit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
         features=INPUTS,
     )
     deployments.deploy(settings, "credit", info.version)
-    server = Server(home, settings)
-    try:
-        server.start()
+    with Server(home, settings).running() as server:
         yield SimpleNamespace(settings=settings, server=server, model=model, info=info)
-    finally:
-        server.stop()
-        leftover = subprocess.run(
-            ["pgrep", "-g", str(server.pid)], capture_output=True, text=True
-        ).stdout.split()
-        assert not leftover, f"stray server processes: {leftover}"
 
 
 def _by_name(frame: pd.DataFrame) -> Any:

@@ -14,7 +14,6 @@ names for wine, numeric targets for diabetes), and ``monitor drift`` and
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -117,18 +116,10 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
             versions.append(info.version)
         deployments.deploy(settings, case.name, versions[0])
         deployments.deploy(settings, case.name, versions[1], canary=50)
-    server = Server(home, settings)
-    try:
-        server.start()
+    with Server(home, settings).running() as server:
         yield SimpleNamespace(
             home=home, settings=settings, env=env, server=server, models=models, traffic=traffic
         )
-    finally:
-        server.stop()
-        leftover = subprocess.run(
-            ["pgrep", "-g", str(server.pid)], capture_output=True, text=True
-        ).stdout.split()
-        assert not leftover, f"stray server processes: {leftover}"
 
 
 def _inputs(frame: pd.DataFrame) -> list[str]:
