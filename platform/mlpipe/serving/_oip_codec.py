@@ -109,8 +109,7 @@ def model_metadata(served: Any) -> dict[str, Any]:
     types = _input_types(served)
     task = task_of(served)
     outputs = [
-        {"name": n, "datatype": t, "shape": _shape(task, n)}
-        for n, t in outputs_of(task).items()
+        {"name": n, "datatype": t, "shape": _shape(task, n)} for n, t in outputs_of(task).items()
     ]
     parameters: dict[str, Any] = {"generation": served.generation}
     if task.task != "binary":
