@@ -160,11 +160,25 @@ quarantine = sa.Table(
     "quarantine",
     metadata,
     sa.Column("segment", sa.String, primary_key=True),
-    sa.Column("line", sa.Integer, primary_key=True),
+    # a segment's line number, or a Kafka record's offset (segment "kafka:TOPIC/PARTITION")
+    sa.Column("line", sa.BigInteger, primary_key=True),
     sa.Column("kind", sa.String, nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("record", sa.Text, nullable=False),
     sa.Column("loaded_at", sa.DateTime, nullable=False),
+)
+
+
+# How far the warehouse has read each partition of the prediction-log topic (migration 8):
+# the offset of the next record to load. Written in the transaction that inserts the
+# records before it, so the rows and the position never disagree (warehouse/_kafka.py).
+kafka_offsets = sa.Table(
+    "kafka_offsets",
+    metadata,
+    sa.Column("topic", sa.String, primary_key=True),
+    sa.Column("partition_id", sa.Integer, primary_key=True),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
 )
 
 
@@ -387,6 +401,32 @@ def _task_columns(conn: Connection) -> None:
 MIGRATIONS.append(
     (7, "task types: predictions.probabilities, outcomes.outcome_label", _task_columns)
 )
+
+
+def _kafka_offsets(conn: Connection) -> None:
+    """``kafka_offsets``, and ``quarantine.line`` wide enough for a Kafka offset (BIGINT).
+
+    PostgreSQL widens the column in place; DuckDB cannot change the type of a
+    key column, so ``quarantine`` is copied.
+    """
+    kafka_offsets.create(conn, checkfirst=True)
+    if conn.dialect.name != "duckdb":
+        conn.exec_driver_sql("ALTER TABLE quarantine ALTER COLUMN line TYPE BIGINT")
+        return
+    kind = conn.exec_driver_sql(
+        "SELECT data_type FROM information_schema.columns "
+        "WHERE table_name = 'quarantine' AND column_name = 'line'"
+    ).scalar_one()
+    if kind == "BIGINT":  # created by migration 6 after this change
+        return
+    staging = quarantine.to_metadata(sa.MetaData(), name="quarantine_rebuild")
+    staging.create(conn)
+    conn.exec_driver_sql("INSERT INTO quarantine_rebuild SELECT * FROM quarantine")
+    conn.exec_driver_sql("DROP TABLE quarantine")
+    conn.exec_driver_sql("ALTER TABLE quarantine_rebuild RENAME TO quarantine")
+
+
+MIGRATIONS.append((8, "kafka_offsets; quarantine.line as BIGINT (Kafka offsets)", _kafka_offsets))
 HEAD = MIGRATIONS[-1][0]
 
 
