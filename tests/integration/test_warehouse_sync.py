@@ -209,7 +209,7 @@ def test_a_warehouse_from_migration_2_keeps_its_rows_uncompressed_and_unindexed(
         con.execute("CREATE TABLE old AS SELECT * FROM predictions")
         con.execute("DROP TABLE predictions")
         ddl = str(sa.schema.CreateTable(_schema.predictions).compile(dialect=sqlite.dialect()))
-        assert "PRIMARY KEY (request_id, tenant, arm)" in ddl
+        assert "PRIMARY KEY (request_id, tenant, model, arm)" in ddl
         con.execute(ddl)
         con.execute("INSERT INTO predictions SELECT * FROM old")
         con.execute("DROP TABLE old")
@@ -240,7 +240,7 @@ def test_predictions_keeps_its_primary_key_outside_duckdb():
 
     create = sa.schema.CreateTable(_schema.predictions)
     ddl = str(create.compile(dialect=postgresql.dialect()))
-    assert "PRIMARY KEY (request_id, tenant, arm)" in ddl
+    assert "PRIMARY KEY (request_id, tenant, model, arm)" in ddl
 
 
 def test_timed_out_requests_load_with_their_status(settings):

@@ -246,7 +246,10 @@ def test_a_warehouse_keyed_by_request_id_alone_is_migrated(settings: Settings) -
             " k USING (constraint_schema, constraint_name) WHERE tc.constraint_type = "
             "'PRIMARY KEY' AND tc.table_name IN ('predictions', 'outcomes') GROUP BY 1 ORDER BY 1",
         ).rows
-        assert keys == [("outcomes", "request_id,tenant"), ("predictions", "request_id,tenant,arm")]
+        assert keys == [
+            ("outcomes", "request_id,tenant"),
+            ("predictions", "request_id,tenant,model,arm"),  # migration 9
+        ]
     labels = settings.home / "labels.csv"
     labels.write_text("request_id,label\na-2,0\n")
     with pytest.raises(InvalidInput, match="more than one tenant"):

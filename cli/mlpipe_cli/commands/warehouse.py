@@ -44,10 +44,16 @@ def sync(as_json: bool = _JSON) -> None:
         return
     console.status(
         f"read {result.segments_read} segment(s) ({result.segments_unchanged} unchanged), "
-        f"{result.rows_read} row(s): {result.rows_loaded} new, {result.duplicates} already loaded; "
+        f"{result.rows_read} row(s): {result.rows_loaded} new, "
+        f"{result.duplicates - result.reused_ids} already loaded; "
         f"predictions now {result.rows_total}; {result.deployments_loaded} deployment change(s) "
         f"mirrored ({result.seconds:.2f}s)"
     )
+    if result.reused_ids:
+        console.status(
+            f"[yellow]{result.reused_ids} row(s) repeated a request id already loaded for the "
+            "same tenant, model and arm at another time: kept the first, left these out[/yellow]"
+        )
     if counts:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
         still_open = len(result.skipped) - result.quarantined

@@ -44,14 +44,15 @@ def _not_duckdb(
 
 
 def _predictions(meta: sa.MetaData, name: str = "predictions") -> sa.Table:
-    """One row per logged prediction, keyed by (request_id, tenant, arm).
+    """One row per logged prediction, keyed by (request_id, tenant, model, arm).
 
     Request ids are the client's and only unique within a tenant (migration 5);
-    a shadow answer shares its request id with the answer the client got, hence
-    the arm in the key. ``request_id`` leads the key so that a lookup by id alone
-    (``outcomes load`` without a tenant) uses its index on PostgreSQL. On DuckDB
-    the key is kept by the loader, not by a primary-key index (migration 4,
-    :func:`_drop_predictions_key`).
+    two models may score the same request (one order id, a fraud and a churn
+    model: migration 9); a shadow answer shares its request id with the answer
+    the client got, hence the arm in the key. ``request_id`` leads the key so
+    that a lookup by id alone (``outcomes load`` without a tenant) uses its
+    index on PostgreSQL. On DuckDB the key is kept by the loader, not by a
+    primary-key index (migration 4, :func:`_drop_predictions_key`).
     """
     return sa.Table(
         name,
@@ -78,7 +79,9 @@ def _predictions(meta: sa.MetaData, name: str = "predictions") -> sa.Table:
         sa.Column("loaded_at", sa.DateTime, nullable=False),
         # JSON list of class probabilities, multiclass only (migration 7)
         sa.Column("probabilities", sa.Text, nullable=True),
-        sa.PrimaryKeyConstraint("request_id", "tenant", "arm").ddl_if(callable_=_not_duckdb),
+        sa.PrimaryKeyConstraint("request_id", "tenant", "model", "arm").ddl_if(
+            callable_=_not_duckdb
+        ),
     )
 
 
@@ -427,6 +430,32 @@ def _kafka_offsets(conn: Connection) -> None:
 
 
 MIGRATIONS.append((8, "kafka_offsets; quarantine.line as BIGINT (Kafka offsets)", _kafka_offsets))
+
+PREDICTION_KEY = ("request_id", "tenant", "model", "arm")
+
+
+def _key_by_model(conn: Connection) -> None:
+    """Key ``predictions`` by (request_id, tenant, model, arm).
+
+    Two models may score one request (the same order id to a fraud and a churn
+    model); keyed without the model, the second model's row was dropped at
+    sync as "already loaded". A wider key holds every existing row, so
+    PostgreSQL re-keys in place (the index is rebuilt). DuckDB has no key
+    index (migration 4): its loader keeps the key (``_sync``), so nothing
+    changes in its file.
+    """
+    if conn.dialect.name == "duckdb":
+        return
+    name, columns = _primary_key(conn, "predictions")
+    if columns == list(PREDICTION_KEY):  # created by migration 1 after this change
+        return
+    drop = f'DROP CONSTRAINT "{name}", ' if name else ""
+    conn.exec_driver_sql(
+        f"ALTER TABLE predictions {drop}ADD PRIMARY KEY ({', '.join(PREDICTION_KEY)})"
+    )
+
+
+MIGRATIONS.append((9, "predictions keyed by model too (two models, one request id)", _key_by_model))
 HEAD = MIGRATIONS[-1][0]
 
 

@@ -1,7 +1,9 @@
 """Loading prediction-log segments into ``predictions``: idempotent, bulk, tolerant of torn tails.
 
-Rows are keyed by (request_id, tenant, arm): a replayed or renamed segment
-adds nothing. Closed segments go in a chunk at a time (:mod:`._segments`), each chunk
+Rows are keyed by (request_id, tenant, model, arm): a replayed or renamed
+segment adds nothing, and a row that reuses a loaded key for another request
+(another time) is counted in ``SyncResult.reused_ids``, never dropped unsaid.
+Closed segments go in a chunk at a time (:mod:`._segments`), each chunk
 in its own transaction, never row by row. On DuckDB one statement reads a chunk
 with DuckDB's JSON reader and inserts it (:func:`_load_whole`); a chunk that
 statement refuses (a line that is not a record) or whose rows repeat a key is
@@ -16,7 +18,7 @@ deployment history it is handed (:mod:`._mirror`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +60,9 @@ class SyncResult:
     deployments_loaded: int = 0  # control-plane history rows newly mirrored
     skipped: list[SkippedLine] = field(default_factory=list)
     quarantined: int = 0  # skipped lines of closed segments written to ``quarantine``
+    # rows not loaded because their key was taken by another request (another ``ts``): the
+    # first row loaded keeps the key. Part of ``duplicates``, which also counts replays.
+    reused_ids: int = 0
     seconds: float = 0.0
 
     @property
@@ -70,10 +75,18 @@ class SyncResult:
         return dict(Counter(s.kind for s in self.skipped))
 
 
-# The anti-join that keeps a loaded key out: the row's (request_id, tenant, arm) is in the table.
-_KNOWN = (
-    "SELECT 1 FROM predictions p "
-    "WHERE p.request_id = i.request_id AND p.tenant = i.tenant AND p.arm = i.arm"
+# The row's key (request_id, tenant, model, arm) is in the table: the anti-join that keeps it out.
+_SAME_KEY = (
+    "p.request_id = i.request_id AND p.tenant = i.tenant AND p.model = i.model AND p.arm = i.arm"
+)
+_KNOWN = f"SELECT 1 FROM predictions p WHERE {_SAME_KEY}"
+_KEY = "(request_id, tenant, model, arm)"
+# A row whose key the table holds for a request logged at another time (more than 1 ms
+# apart: a replayed row read by the other loader may differ by a microsecond of rounding).
+_REUSED_US = 1000
+_REUSED = (
+    f"SELECT count(*) FROM {{source}} AS i WHERE EXISTS (SELECT 1 FROM predictions p "
+    f"WHERE {_SAME_KEY} AND abs(epoch_us(p.ts) - epoch_us(i.ts)) > {_REUSED_US})"
 )
 
 
@@ -84,12 +97,12 @@ def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
         cols = ", ".join(COLUMNS)
         # A batch almost never repeats a key: count first, and pay for DISTINCT ON only if it does.
         unique = raw.execute(
-            "SELECT count(*) = count(DISTINCT (request_id, tenant, arm)) FROM _mlpipe_incoming"
+            f"SELECT count(*) = count(DISTINCT {_KEY}) FROM _mlpipe_incoming"
         ).fetchone()
         source = (
             "_mlpipe_incoming"
             if unique and unique[0]
-            else "(SELECT DISTINCT ON (request_id, tenant, arm) * FROM _mlpipe_incoming)"
+            else f"(SELECT DISTINCT ON {_KEY} * FROM _mlpipe_incoming)"
         )
         # Keep only keys the table lacks: one set-based insert, which returns its row count.
         inserted = raw.execute(
@@ -98,31 +111,68 @@ def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
             SELECT {cols} FROM {source} AS i
             WHERE NOT EXISTS ({_KNOWN})
             """
-        ).fetchone()
+        ).fetchall()  # all: a result left open refuses the next register() on this connection
     finally:
         raw.unregister("_mlpipe_incoming")
-    return int(inserted[0]) if inserted else 0
+    return int(inserted[0][0]) if inserted else 0
 
 
 def _insert_generic(conn: Connection, table: pa.Table) -> int:
     # Portable path (PostgreSQL): filter known keys, then executemany in chunks.
-    rows = {(r["request_id"], r["tenant"], r["arm"]): r for r in table.to_pylist()}
-    p = _schema.predictions
-    key_columns = (p.c.request_id, p.c.tenant, p.c.arm)
-    keys = list(rows)
-    for start in range(0, len(keys), 1000):
-        chunk = keys[start : start + 1000]
-        query = sa.select(*key_columns).where(sa.tuple_(*key_columns).in_(chunk))
-        for request_id, tenant, arm in conn.execute(query):
-            rows.pop((request_id, tenant, arm), None)
+    rows: dict[tuple[str, ...], dict[str, object]] = {}
+    for r in table.to_pylist():
+        rows.setdefault(_key_of(r), r)  # the first row of a key, as on DuckDB
+    for key, _ in _loaded_keys(conn, list(rows)):
+        rows.pop(key, None)
     fresh = list(rows.values())
     for start in range(0, len(fresh), 5000):
-        conn.execute(p.insert(), fresh[start : start + 5000])
+        conn.execute(_schema.predictions.insert(), fresh[start : start + 5000])
     return len(fresh)
 
 
+def _key_of(row: dict[str, object]) -> tuple[str, ...]:
+    return tuple(str(row[c]) for c in _schema.PREDICTION_KEY)
+
+
+def _loaded_keys(
+    conn: Connection, keys: list[tuple[str, ...]]
+) -> Iterator[tuple[tuple[str, ...], datetime]]:
+    """The keys of ``keys`` that ``predictions`` holds, each with its row's ``ts``."""
+    p = _schema.predictions
+    key_columns = [p.c[c] for c in _schema.PREDICTION_KEY]
+    for start in range(0, len(keys), 1000):
+        chunk = keys[start : start + 1000]
+        query = sa.select(*key_columns, p.c.ts).where(sa.tuple_(*key_columns).in_(chunk))
+        for *key, ts in conn.execute(query):
+            yield tuple(key), ts
+
+
+def _reused_ids(conn: Connection, table: pa.Table) -> int:
+    """How many rows of ``table``, just loaded, the table does not hold because another
+    request (another ``ts``) holds their key: a client's request id used twice.
+
+    Call it after the insert, and only when it inserted fewer rows than ``table``
+    has (a replay, or a reused id): then every row's key is in the table.
+    """
+    if conn.dialect.name == "duckdb":
+        raw = _engine.duckdb_connection(conn)
+        raw.register("_mlpipe_reused", table)
+        try:
+            found = raw.execute(_REUSED.format(source="_mlpipe_reused")).fetchall()
+        finally:
+            raw.unregister("_mlpipe_reused")
+        return int(found[0][0])
+    incoming = [(_key_of(r), r["ts"]) for r in table.to_pylist()]
+    held = dict(_loaded_keys(conn, list({key for key, _ in incoming})))
+    return sum(
+        1
+        for key, ts in incoming
+        if key in held and abs((held[key] - ts).total_seconds()) * 1e6 > _REUSED_US
+    )
+
+
 def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datetime) -> bool:
-    """Whether the rows this chunk just added hold each (request_id, tenant, arm) once.
+    """Whether the rows this chunk just added hold each (request_id, tenant, model, arm) once.
 
     ``predictions`` has no key index on DuckDB (``_schema._drop_predictions_key``):
     the statement's anti-join keeps out keys already loaded, and this keeps out
@@ -131,7 +181,7 @@ def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datet
     """
     same = raw.execute(
         """
-        SELECT count(*) = count(DISTINCT (request_id, tenant, arm)) FROM predictions
+        SELECT count(*) = count(DISTINCT (request_id, tenant, model, arm)) FROM predictions
         WHERE loaded_at = CAST($now AS TIMESTAMP) AND list_contains($segments, segment)
         """,
         {"now": now, "segments": segments},
@@ -141,8 +191,9 @@ def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datet
 
 def _load_whole(
     conn: Connection, chunk: list[Segment], root: Path, now: datetime
-) -> tuple[int, int, list[tuple[str, int, int, int]]]:
-    """Load a chunk of closed segments with one DuckDB statement: (rows read, inserted, finished).
+) -> tuple[int, int, int, list[tuple[str, int, int, int]]]:
+    """Load a chunk of closed segments with one DuckDB statement: (rows read, inserted,
+    rows left out for a reused id, finished).
 
     DuckDB reads the files and inserts the rows the table lacks in one
     pipeline, on every core, without handing them to Python (1.2-1.3 × as fast
@@ -153,6 +204,7 @@ def _load_whole(
     keeps one row a key.
     """
     lines = {rel: record_lines(path) for rel, path, _ in chunk}
+    files = [path.as_posix() for _, path, _ in chunk]
     cols = ", ".join(COLUMNS)
     raw = _engine.duckdb_connection(conn)
     inserted = raw.execute(
@@ -162,7 +214,7 @@ def _load_whole(
         WHERE CASE WHEN ok THEN true ELSE error('not a prediction record: ' || segment) END
           AND NOT EXISTS ({_KNOWN})
         """,
-        {"files": [path.as_posix() for _, path, _ in chunk], "now": now},
+        {"files": files, "now": now},
     ).fetchone()
     loaded = int(inserted[0]) if inserted else 0
     read = sum(lines.values())
@@ -170,7 +222,12 @@ def _load_whole(
         raise NotWhole(f"{loaded} rows inserted from {read} lines")
     if not _keys_unique(raw, [rel for rel, _, _ in chunk], now):
         raise NotWhole("a key twice in the chunk")
-    return read, loaded, [(rel, size, lines[rel], 0) for rel, _, size in chunk]
+    reused = 0
+    if loaded < read:  # a replay, or ids reused: read the chunk again to tell them apart
+        source = f"({segments_sql(root)})"
+        found = raw.execute(_REUSED.format(source=source), {"files": files, "now": now}).fetchall()
+        reused = int(found[0][0])
+    return read, loaded, reused, [(rel, size, lines[rel], 0) for rel, _, size in chunk]
 
 
 def _book(
@@ -224,7 +281,10 @@ def _load_batch(
     for table in batch.tables:
         result.rows_read += table.num_rows
         if table.num_rows:
-            result.rows_loaded += insert(conn, table)
+            loaded = insert(conn, table)
+            result.rows_loaded += loaded
+            if loaded < table.num_rows:
+                result.reused_ids += _reused_ids(conn, table)
     result.quarantined += _book(conn, batch.finished, now, batch.quarantine)
 
 
@@ -242,10 +302,11 @@ def _load_closed(
     if on_duckdb:
         try:
             with conn.begin():
-                read, loaded, finished = _load_whole(conn, chunk, root, now)
+                read, loaded, reused, finished = _load_whole(conn, chunk, root, now)
                 _book(conn, finished, now)
             result.rows_read += read
             result.rows_loaded += loaded
+            result.reused_ids += reused
             return
         except (duckdb.Error, NotWhole):
             pass  # rolled back: nothing of this chunk landed
