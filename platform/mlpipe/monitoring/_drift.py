@@ -36,6 +36,7 @@ from mlpipe.monitoring._calibration import (
 )
 from mlpipe.monitoring._evidently import ColumnResult, classification_quality, drift_tests
 from mlpipe.monitoring._evidently import task_quality as task_quality_report
+from mlpipe.monitoring._html import write_evidently_html
 from mlpipe.monitoring._quality import (
     positive_rate_test,
     quality,
@@ -461,12 +462,12 @@ def _save_reports(result: ArmDrift, snapshot: Any, out_dir: Path) -> None:
     """Evidently's HTML + JSON of the arm (and of its quality, where labels arrived)."""
     if snapshot is not None:
         html, js = out_dir / f"{result.arm}.html", out_dir / f"{result.arm}.json"
-        snapshot.save_html(str(html))
+        write_evidently_html(snapshot, html)
         snapshot.save_json(str(js))
         result.html, result.json = str(html), str(js)
     quality_snapshot = (result.quality or {}).pop("_snapshot", None)
     if quality_snapshot is not None:
-        quality_snapshot.save_html(str(out_dir / f"{result.arm}-quality.html"))
+        write_evidently_html(quality_snapshot, out_dir / f"{result.arm}-quality.html")
         quality_snapshot.save_json(str(out_dir / f"{result.arm}-quality.json"))
 
 

@@ -3,13 +3,26 @@
 Drift reports are Evidently's own HTML; a canary or shadow analysis is a
 handful of checks and figures, so its page is the JSON document laid out as
 tables, readable in any browser and in CI artifacts.
+
+Evidently embeds its figures as JSON in a ``<script>`` block without escaping
+``</`` or ``<!--``, and those figures hold client values (categories, column
+names), so :func:`write_evidently_html` escapes them before the page is written.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from html import escape
+from pathlib import Path
 from typing import Any
+
+from mlpipe.errors import MlpipeError
+
+# Evidently's data block: one ``var <name> = <json>;`` line per object, in <head>.
+# json.dumps writes no raw newline, so a client value can neither end nor add a line.
+_DATA_LINE = re.compile(r"^(\s*var [A-Za-z_$][\w$]* = )(.+);$")
+_JSON_HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
 
 _STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
@@ -60,3 +73,33 @@ def verdict_page(title: str, document: Mapping[str, Any], first: str) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
         f"<style>{_STYLE}</style></head><body>\n{body}\n</body></html>\n"
     )
+
+
+def _escape_json(text: str) -> str:
+    # In valid JSON these characters only occur inside strings, where \uXXXX means the same.
+    return re.sub("[<>&]", lambda m: _JSON_HTML_ESCAPES[m.group()], text)
+
+
+def escape_evidently_data(page: str) -> str:
+    """Evidently's ``page`` with the JSON it embeds unable to close or confuse its ``<script>``.
+
+    Raises ``MlpipeError`` where the page holds no data block where Evidently puts it
+    (a changed template): a report that might be unsafe is not written.
+    """
+    lines = page.split("\n")
+    escaped = 0
+    for i, line in enumerate(lines):
+        if line.strip() == "<body>":
+            break
+        match = _DATA_LINE.match(line)
+        if match:
+            lines[i] = f"{match.group(1)}{_escape_json(match.group(2))};"
+            escaped += 1
+    if not escaped:
+        raise MlpipeError("Evidently's HTML has no data block where expected: report not written")
+    return "\n".join(lines)
+
+
+def write_evidently_html(snapshot: Any, path: Path) -> None:
+    """Write an Evidently snapshot's standalone HTML to ``path``, its embedded data escaped."""
+    path.write_text(escape_evidently_data(snapshot.get_html_str(as_iframe=False)), "utf-8")
