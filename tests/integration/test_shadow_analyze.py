@@ -17,9 +17,9 @@ from mlpipe.predlog import ENCODER, PredictionRecord
 pytestmark = pytest.mark.integration
 
 
-def _log(settings: Any, rows: int, blind_shadow: bool) -> None:
+def _log(settings: Any, rows: int, blind_shadow: bool, tenant: str = "t", seed: int = 0) -> None:
     """Champion answers and a shadow answer per request (same request id), with labels."""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     logit = rng.normal(-2.5, 1.5, rows)
     shadow_logit = rng.normal(-2.5, 0.3, rows) if blind_shadow else logit
     truth = (rng.random(rows) < 1 / (1 + np.exp(-logit))).astype(int)
@@ -32,14 +32,14 @@ def _log(settings: Any, rows: int, blind_shadow: bool) -> None:
             score = float(1 / (1 + np.exp(-z[i])))
             records.append(
                 PredictionRecord(
-                    request_id=f"q{i}", ts=now - i * 0.01, tenant="t", model="fraud",
+                    request_id=f"q{i}", ts=now - i * 0.01, tenant=tenant, model="fraud",
                     version=version, arm=arm, generation=1,  # type: ignore[arg-type]
                     entity_key=f"customer_id={i % 120}", entity={"customer_id": i % 120},
                     features={"amount": float(i)}, score=score, label=int(score >= 0.5),
                     latency_ms=latency,
                 )
             )  # fmt: skip
-    log = settings.predlog_path / "shadow.jsonl"
+    log = settings.predlog_path / f"shadow-{tenant}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(b"".join(ENCODER.encode(r) + b"\n" for r in records))
     warehouse.sync(settings)
@@ -47,7 +47,7 @@ def _log(settings: Any, rows: int, blind_shadow: bool) -> None:
     pd.DataFrame({"request_id": [f"q{i}" for i in range(rows)], "label": truth}).to_csv(
         labels, index=False
     )
-    warehouse.load_outcomes(settings, labels)
+    warehouse.load_outcomes(settings, labels, tenant=tenant)
 
 
 def test_a_blind_shadow_fails_with_its_largest_disagreements_html_and_json(
@@ -78,6 +78,18 @@ def test_the_same_model_in_shadow_passes(home: Path, settings: Any) -> None:
     assert result.verdict == "pass" and result.exit_code == 0
     assert result.label_agreement == 1.0 and result.score_delta["max_abs"] == 0.0
     assert (result.champion_version, result.shadow_version) == ("1", "2")
+
+
+def test_two_tenants_sending_the_same_ids_do_not_poison_the_shadow(
+    home: Path, settings: Any
+) -> None:
+    from mlpipe import monitoring
+
+    _log(settings, 200, blind_shadow=False, tenant="a", seed=0)
+    _log(settings, 200, blind_shadow=False, tenant="b", seed=1)  # the same ids, other answers
+    result = monitoring.analyze_shadow(settings, "fraud", "1h")
+    assert (result.paired_requests, result.unpaired_shadow_rows) == (400, 0)
+    assert result.verdict == "pass" and result.score_delta["max_abs"] == 0.0
 
 
 def test_a_model_without_logs_or_a_bad_window_is_one_line_exit_2_and_records_nothing(

@@ -92,14 +92,15 @@ def pair_shadow(rows: pd.DataFrame, version: str | None) -> tuple[pd.DataFrame, 
     """Shadow rows of ``version`` (default: the newest) joined to the champion's answers.
 
     Columns suffixed ``_ch`` (champion) and ``_sh`` (shadow); also the count of
-    shadow rows with no champion answer in the window.
+    shadow rows with no champion answer in the window. A request is a (request id,
+    tenant): request ids are the clients', and two tenants may send the same one.
     """
     shadow = rows[rows["arm"] == "shadow"]
     if version is None and len(shadow):
         version = str(shadow.sort_values("ts")["version"].iloc[-1])
     shadow = shadow[shadow["version"] == version]
     champion = rows[rows["arm"] == "champion"]
-    paired = champion.merge(shadow, on="request_id", suffixes=("_ch", "_sh"))
+    paired = champion.merge(shadow, on=["request_id", "tenant"], suffixes=("_ch", "_sh"))
     if len(paired):
         newest = str(paired.sort_values("ts_ch")["version_ch"].iloc[-1])
         paired = paired[paired["version_ch"] == newest]

@@ -130,6 +130,7 @@ class PredictionWindow:
 _PROBABILITIES = msgspec.json.Decoder(list[list[float]])
 _BASE = [
     "request_id",
+    "tenant",  # request ids are the clients': a request is a (tenant, request id)
     "ts",
     "arm",
     "version",

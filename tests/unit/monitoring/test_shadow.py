@@ -24,7 +24,7 @@ def _rows(n: int, shadow_logit_noise: float | None, seed: int = 0) -> pd.DataFra
         frames.append(
             pd.DataFrame(
                 {
-                    "request_id": [f"r{i}" for i in range(n)],
+                    "request_id": [f"r{i}" for i in range(n)], "tenant": "t",
                     "ts": pd.Timestamp("2026-01-01") + pd.to_timedelta(np.arange(n), unit="s"),
                     "arm": arm, "version": version, "score": score,
                     "label": (score >= 0.5).astype(int), "latency_ms": latency, "status": "ok",
@@ -61,6 +61,16 @@ def test_a_blind_shadow_fails_and_names_the_requests_it_disagrees_on_most() -> N
     assert abs(top[0].delta) == deltas.max()
 
 
+def test_two_tenants_sending_the_same_ids_pair_each_with_its_own_answers() -> None:
+    """Request ids are the clients': a pair is a (tenant, request id), never across tenants."""
+    a, b = _rows(200, None, seed=0), _rows(200, None, seed=1)  # same ids, other answers
+    rows = pd.concat([a, b.assign(tenant="other")], ignore_index=True)
+    paired, unpaired = pair_shadow(rows, None)
+    assert len(paired) == 400 and unpaired == 0
+    assert (paired["score_sh"] == paired["score_ch"]).all()  # each shadow met its own champion
+    assert sorted(paired.groupby("tenant").size().tolist()) == [200, 200]
+
+
 def test_only_the_asked_shadow_version_pairs_and_too_few_is_insufficient() -> None:
     rows = _rows(300, None)
     rows.loc[(rows["arm"] == "shadow") & (rows.index % 2 == 0), "version"] = "3"
@@ -80,7 +90,7 @@ def _regression_rows(n: int, shadow_bias: float) -> pd.DataFrame:
     frames = [
         pd.DataFrame(
             {
-                "request_id": [f"r{i}" for i in range(n)],
+                "request_id": [f"r{i}" for i in range(n)], "tenant": "t",
                 "ts": pd.Timestamp("2026-01-01") + pd.to_timedelta(np.arange(n), unit="s"),
                 "arm": arm, "version": version, "score": value + bias, "label": None,
                 "probabilities": None, "latency_ms": 4.0, "status": "ok", "outcome": outcome,
