@@ -360,3 +360,42 @@ def test_record_lines_counts_line_starts_across_scan_chunks(tmp_path, monkeypatc
         path.write_bytes(bad)
         with pytest.raises(_segments.NotWhole, match="does not start a JSON object"):
             _segments.record_lines(path)
+
+
+def test_sync_in_a_loop_while_a_server_rotates_segments_never_fails(settings):
+    """An open segment renamed between listing and reading is left to the next sync."""
+    import threading
+
+    from mlpipe.predlog import SegmentWriter
+
+    writer = SegmentWriter(settings.predlog_path / "w1", "w1", fsync_interval_s=0.2)
+    stop, written = threading.Event(), []
+
+    def serve() -> None:  # a worker appending and closing a segment every 20-120 ms
+        batch = 0
+        while not stop.is_set():
+            records = _records(20, prefix=f"b{batch}-", start=time.time() - 60)
+            writer.append(records)
+            written.extend(r.request_id for r in records)
+            batch += 1
+            time.sleep(0.01 + 0.1 * (batch % 3 == 0))
+            if batch % 2 == 0:
+                writer.roll()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    syncs, deadline = 0, time.monotonic() + 8
+    try:
+        while time.monotonic() < deadline:
+            warehouse.sync(settings)
+            syncs += 1
+    finally:
+        stop.set()
+        server.join(timeout=10)
+        writer.close()
+    final = warehouse.sync(settings)
+    counted = warehouse.query(
+        settings, "SELECT count(*), count(DISTINCT request_id) FROM predictions"
+    )
+    assert syncs > 10 and len(written) > 500 and len(set(written)) == len(written)
+    assert final.rows_total == len(written) and counted.rows == [(len(written), len(written))]

@@ -125,6 +125,27 @@ def segment_files(root: Path) -> list[Path]:
     return sorted(files)
 
 
+def read_open_segment(path: Path) -> bytes | None:
+    """An open segment's bytes, or None where it is gone since it was listed.
+
+    A worker closes its segment by renaming ``.jsonl.open`` to ``.jsonl`` at any
+    moment; the closed file is loaded in its place (by this listing or the next
+    sync), and its rows are keyed, so none is lost or loaded twice.
+    """
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def segment_size(path: Path) -> int | None:
+    """A listed segment's size, or None where it is gone (see :func:`read_open_segment`)."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
+
+
 def parse_segment(data: bytes, name: str) -> Parsed:
     """Decode one segment's bytes; skip (and report) every line that is not a whole record,
     or is one the warehouse cannot store (:func:`unstorable`)."""

@@ -35,8 +35,10 @@ from mlpipe.warehouse._segments import (
     SkippedLine,
     chunks,
     read_chunk,
+    read_open_segment,
     record_lines,
     segment_files,
+    segment_size,
     segments_sql,
 )
 
@@ -317,11 +319,18 @@ def _load_closed(
 def _changed(
     root: Path, seen: dict[str, int], result: SyncResult
 ) -> tuple[list[Segment], list[Segment]]:
-    """Segments not loaded whole at their current size: (closed ones, open ones)."""
+    """Segments not loaded whole at their current size: (closed ones, open ones).
+
+    A segment gone since it was listed (an open one closed, so renamed) is left
+    out: its closed successor is in this listing or the next sync's.
+    """
     closed: list[Segment] = []
     open_: list[Segment] = []
     for path in segment_files(root):
-        rel, size = path.relative_to(root).as_posix(), path.stat().st_size
+        size = segment_size(path)
+        if size is None:
+            continue
+        rel = path.relative_to(root).as_posix()
         if seen.get(rel) == size:
             result.segments_unchanged += 1
             continue
@@ -371,8 +380,11 @@ def sync(
             _load_closed(conn, chunk, root, result, now, on_duckdb)
         with conn.begin():
             for rel, path, _ in open_:
+                data = read_open_segment(path)
+                if data is None:  # closed since it was listed: loaded as a closed one
+                    continue
                 batch = Batch()
-                batch.add_parsed(rel, path.read_bytes(), now)
+                batch.add_parsed(rel, data, now)
                 _load_batch(conn, batch, result, now, on_duckdb)
             result.deployments_loaded = _mirror.insert_missing(conn, changes)
             result.rows_total = conn.execute(
