@@ -66,6 +66,14 @@ class PredlogSettings(_Section):
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic: str = "mlpipe-predictions"
     kafka_timeout_s: float = Field(5.0, gt=0)
+    # `warehouse sync` reads the topic as this consumer group (its position is kept in the
+    # warehouse, written with the rows; Kafka's committed offsets only mirror it for tools)
+    kafka_group: str = "mlpipe-warehouse"
+    # records read into one warehouse transaction by `warehouse sync`
+    kafka_sync_batch: int = Field(50_000, ge=1)
+    # librdkafka settings added to the producer's and the consumer's: a managed Kafka's
+    # security.protocol, sasl.mechanism, sasl.username, ssl.ca.location... (docs/production.md)
+    kafka_config: dict[str, str] = Field(default_factory=dict)
     fsync_interval_s: float = Field(0.2, ge=0)
     segment_max_bytes: int = Field(64 * 1024 * 1024, ge=1024)
     segment_max_age_s: float = Field(300.0, gt=0)

@@ -160,7 +160,7 @@ def doctor(settings: Settings) -> list[StoreCheck]:
         ("aliases", settings.registry, lambda: deployments.check_aliases(settings)),
         ("feature store", str(settings.feature_repo_path), lambda: _check_features(settings)),
         ("warehouse", settings.warehouse, lambda: _check_warehouse(settings)),
-        ("prediction log", str(settings.predlog_path), lambda: _check_dir(settings.predlog_path)),
+        _predlog_check(settings),
         ("reports", str(settings.reports_path), lambda: _check_dir(settings.reports_path)),
     ]
     return [
@@ -169,6 +169,29 @@ def doctor(settings: Settings) -> list[StoreCheck]:
         else _run_check(store, location, check)
         for store, location, check in checks
     ]
+
+
+def _predlog_check(settings: Settings) -> tuple[str, str, Callable[[], str]]:
+    p = settings.predlog
+    if p.sink == "kafka":
+        where = f"kafka://{p.kafka_bootstrap}/{p.kafka_topic}"
+        return ("prediction log", where, lambda: _check_kafka_log(settings))
+    return ("prediction log", str(settings.predlog_path), lambda: _check_dir(settings.predlog_path))
+
+
+def _check_kafka_log(settings: Settings) -> str:
+    """The topic's partitions and how far the warehouse lags each; fails on records lost."""
+    lags = warehouse.topic_lag(settings)
+    if not lags:
+        return "topic not created yet (the first logged prediction creates it)"
+    expired = sum(p.expired for p in lags)
+    if expired:
+        raise MlpipeError(
+            f"{expired} record(s) deleted by Kafka's retention before the warehouse loaded "
+            "them: sync more often than the topic's retention.ms (docs/production.md)"
+        )
+    per = ", ".join(f"p{p.partition}: {p.lag}" for p in lags)
+    return f"{len(lags)} partition(s); not yet in the warehouse: {sum(p.lag for p in lags)} ({per})"
 
 
 def _run_check(store: str, location: str, check: Callable[[], str]) -> StoreCheck:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
 
 from mlpipe_cli import console
 from mlpipe_cli.state import state
+
+if TYPE_CHECKING:
+    from mlpipe.config import Settings
+    from mlpipe.warehouse import PartitionLag
 
 _JSON = typer.Option(False, "--json", help="One JSON document on stdout.")
 _SKIPPED_SHOWN = 20  # skipped lines listed one by one; the rest are counted
@@ -27,8 +32,19 @@ def register(app: typer.Typer) -> None:
     app.add_typer(outcomes, name="outcomes")
 
 
-def sync(as_json: bool = _JSON) -> None:
-    """Load prediction-log segments into the warehouse (idempotent; torn lines are skipped)."""
+def sync(
+    as_json: bool = _JSON,
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        help='Keep loading the Kafka topic as records arrive (predlog.sink = "kafka"); '
+        "stops on SIGTERM or Ctrl-C.",
+    ),
+    metrics_port: int | None = typer.Option(
+        None, "--metrics-port", help="With --follow: serve Prometheus metrics (lag) on this port."
+    ),
+) -> None:
+    """Load the prediction log (segments, or the Kafka topic) into the warehouse (idempotent)."""
     from dataclasses import asdict
 
     from mlpipe import deployments, warehouse
@@ -36,14 +52,24 @@ def sync(as_json: bool = _JSON) -> None:
     settings = state.settings()
     feed = deployments.history_feed(settings)
     result = warehouse.sync(settings, notify=console.status, history=feed)
+    if follow:
+        _follow(settings, metrics_port)
+        return
     counts = result.skipped_counts
     if as_json:
         console.print_json(
             {**asdict(result), "duplicates": result.duplicates, "skipped_counts": counts}
         )
         return
+    source = (
+        f"{result.kafka_records} Kafka record(s)"
+        if settings.predlog.sink == "kafka"
+        else f"{result.segments_read} segment(s) ({result.segments_unchanged} unchanged)"
+    )
+    if result.kafka_lag:
+        console.status(_lag_line(result.kafka_lag))
     console.status(
-        f"read {result.segments_read} segment(s) ({result.segments_unchanged} unchanged), "
+        f"read {source}, "
         f"{result.rows_read} row(s): {result.rows_loaded} new, "
         f"{result.duplicates - result.reused_ids} already loaded; "
         f"predictions now {result.rows_total}; {result.deployments_loaded} deployment change(s) "
@@ -68,6 +94,65 @@ def sync(as_json: bool = _JSON) -> None:
         )
     if len(result.skipped) > _SKIPPED_SHOWN:
         console.status(f"… and {len(result.skipped) - _SKIPPED_SHOWN} more (--json lists all)")
+
+
+def _lag_line(lags: list[PartitionLag]) -> str:
+    per = ", ".join(f"p{p.partition} {p.lag}" for p in lags)
+    line = f"Kafka lag: {sum(p.lag for p in lags)} record(s) not yet loaded ({per})"
+    expired = sum(p.expired for p in lags)
+    if expired:
+        line += f"; [red]{expired} record(s) expired before they were loaded[/red]"
+    return line
+
+
+def _follow(settings: Settings, metrics_port: int | None) -> None:
+    """``sync --follow``: load batches as they arrive until SIGTERM or SIGINT."""
+    import signal
+    import time
+
+    from mlpipe import warehouse
+    from mlpipe.errors import InvalidInput
+
+    if settings.predlog.sink != "kafka":
+        raise InvalidInput('--follow reads a Kafka topic: set [predlog] sink = "kafka"')
+    stopping: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
+    gauge = _lag_gauge(metrics_port)
+    last = {"rows": 0, "lag_at": 0.0}
+
+    def after_batch(result: warehouse.SyncResult) -> None:
+        if result.rows_loaded != last["rows"]:
+            console.status(
+                f"loaded {result.rows_loaded} row(s) so far, {result.duplicates} already loaded, "
+                f"{result.quarantined} quarantined"
+            )
+            last["rows"] = result.rows_loaded
+        if gauge is not None and time.monotonic() - last["lag_at"] > 5:
+            for p in warehouse.topic_lag(settings):
+                gauge.labels(p.topic, str(p.partition)).set(p.lag)
+            last["lag_at"] = time.monotonic()
+
+    console.status(
+        f"following Kafka topic {settings.predlog.kafka_topic!r} as group "
+        f"{settings.predlog.kafka_group!r} (SIGTERM or Ctrl-C stops)"
+    )
+    warehouse.follow(settings, warehouse.SyncResult(), lambda: bool(stopping), after_batch)
+    console.status("stopped: every loaded batch is committed with its offsets")
+
+
+def _lag_gauge(port: int | None) -> Any:
+    if port is None:
+        return None
+    from prometheus_client import Gauge, start_http_server
+
+    gauge = Gauge(
+        "mlpipe_predlog_kafka_lag_records",
+        "Prediction-log records in the Kafka topic not yet loaded into the warehouse",
+        ["topic", "partition"],
+    )
+    start_http_server(port, addr="127.0.0.1")
+    return gauge
 
 
 def query(

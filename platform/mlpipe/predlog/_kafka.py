@@ -1,65 +1,104 @@
-"""The prediction log on Kafka: an optional sink behind the same ``PredictionSink`` contract.
+"""The prediction log on Kafka: a sink behind the same ``PredictionSink`` contract.
 
 ``append`` returns only once every record of the batch is acknowledged by all
 in-sync replicas (``acks=all``, idempotent producer), so "answered ⇒ logged"
-holds as it does for segment files; a record Kafka did not take within
+holds as it does for segment files. A record Kafka did not take within
 ``predlog.kafka_timeout_s`` raises :class:`StoreUnavailable` and the batch is
-not answered. Needs ``pip install 'mlpipe[prod]'`` and a broker; none runs in
-this project's CI, so only the failure path is tested here (docs/production.md).
+not answered (503). librdkafka's own ``message.timeout.ms`` is that same bound,
+so a record given up on is failed by the producer too, not sent later behind
+the client's back. The producer reconnects by itself: once the broker is back,
+the next batch is logged without a restart.
+
+Records are keyed by tenant, so one tenant's records land in one partition in
+the order they were answered; the tenant also travels as a header. The warehouse
+reads the topic with :mod:`mlpipe.warehouse._kafka`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlpipe.errors import StoreUnavailable
 from mlpipe.predlog._record import ENCODER, PredictionRecord
 
+TENANT_HEADER = "mlpipe-tenant"
 
-def producer_config(bootstrap: str, client_id: str) -> dict[str, Any]:
-    """The producer settings that make an acknowledged record durable and unduplicated."""
+
+def producer_config(
+    bootstrap: str, client_id: str, timeout_s: float = 5.0, extra: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The producer settings that make an acknowledged record durable and unduplicated.
+
+    ``extra`` (``predlog.kafka_config``: SASL/TLS for a managed Kafka) is added
+    last but cannot weaken the acks, the idempotence or the timeout.
+    """
     return {
+        "linger.ms": 2,
+        "compression.type": "lz4",
+        **(extra or {}),
         "bootstrap.servers": bootstrap,
         "client.id": client_id,
         "acks": "all",
         "enable.idempotence": True,
-        "linger.ms": 2,
-        "compression.type": "lz4",
+        "message.timeout.ms": max(1, int(timeout_s * 1000)),
     }
 
 
 class KafkaSink:
-    """Appends each record to ``topic``, keyed by request id, and waits for the acks."""
+    """Appends each record to ``topic``, keyed by tenant, and waits for the acks."""
 
-    def __init__(self, bootstrap: str, topic: str, worker_id: str, timeout_s: float) -> None:
-        from confluent_kafka import Producer
-
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        worker_id: str,
+        timeout_s: float,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
         self.topic = topic
         self.timeout_s = timeout_s
-        self._producer = Producer(producer_config(bootstrap, f"mlpipe-{worker_id}"))
+        self._config = producer_config(bootstrap, f"mlpipe-{worker_id}", timeout_s, extra)
+        self._producer = self._new_producer()
+
+    def _new_producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        return Producer(self._config)
 
     def append(self, records: Sequence[PredictionRecord]) -> None:
-        failures: list[str] = []
+        from confluent_kafka import KafkaException
+
+        failures: list[Any] = []
 
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
-                failures.append(str(err))
+                failures.append(err)
 
-        for record in records:
-            self._producer.produce(
-                self.topic,
-                key=record.request_id.encode(),
-                value=ENCODER.encode(record),
-                on_delivery=delivered,
-            )
-        pending = self._producer.flush(self.timeout_s)
+        try:
+            for record in records:
+                self._producer.produce(
+                    self.topic,
+                    key=record.tenant.encode(),
+                    value=ENCODER.encode(record),
+                    headers=[(TENANT_HEADER, record.tenant.encode())],
+                    on_delivery=delivered,
+                )
+        except (BufferError, KafkaException) as exc:
+            raise self._unavailable(f"the producer refused a record: {exc}") from exc
+        # A little past librdkafka's own timeout, so every record has its delivery report.
+        pending = self._producer.flush(self.timeout_s + 1.0)
         if pending or failures:
-            reason = failures[0] if failures else f"{pending} record(s) not acknowledged"
-            raise StoreUnavailable(
-                f"prediction log on Kafka topic {self.topic!r} did not take the batch "
-                f"within {self.timeout_s:g}s: {reason}"
-            )
+            if any(getattr(err, "fatal", lambda: False)() for err in failures):
+                self._producer = self._new_producer()  # a fatal error ends a producer's life
+            reason = str(failures[0]) if failures else f"{pending} record(s) not acknowledged"
+            raise self._unavailable(reason)
+
+    def _unavailable(self, reason: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"prediction log on Kafka topic {self.topic!r} did not take the batch "
+            f"within {self.timeout_s:g}s: {reason}"
+        )
 
     def close(self) -> None:
         self._producer.flush(self.timeout_s)

@@ -46,7 +46,9 @@ def open_sink(settings: Settings, worker_id: str) -> PredictionSink:
         logger.warning("predlog.sink = none: predictions are NOT logged (benchmarks only)")
         return NullSink()
     if p.sink == "kafka":
-        return KafkaSink(p.kafka_bootstrap, p.kafka_topic, worker_id, p.kafka_timeout_s)
+        return KafkaSink(
+            p.kafka_bootstrap, p.kafka_topic, worker_id, p.kafka_timeout_s, p.kafka_config
+        )
     return SegmentWriter(
         settings.predlog_path,
         worker_id,

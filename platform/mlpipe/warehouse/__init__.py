@@ -8,6 +8,7 @@ Every call opens the database only for as long as it needs it and waits
 
 from mlpipe.warehouse._engine import Notify, read, write
 from mlpipe.warehouse._figures import ArmFigures, arm_figures
+from mlpipe.warehouse._kafka import PartitionLag, follow, topic_lag
 from mlpipe.warehouse._mirror import DeploymentChange, HistorySource
 from mlpipe.warehouse._outcomes import ACCEPTED_COLUMNS, OutcomesResult, load_outcomes
 from mlpipe.warehouse._read import (
@@ -29,12 +30,14 @@ __all__ = [
     "HistorySource",
     "Notify",
     "OutcomesResult",
+    "PartitionLag",
     "PredictionWindow",
     "QueryResult",
     "ReportEntry",
     "SkippedLine",
     "SyncResult",
     "arm_figures",
+    "follow",
     "list_reports",
     "load_outcomes",
     "metadata",
@@ -45,5 +48,6 @@ __all__ = [
     "read",
     "record_reports",
     "sync",
+    "topic_lag",
     "write",
 ]

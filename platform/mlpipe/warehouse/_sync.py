@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from mlpipe.warehouse import _engine, _mirror, _schema
+from mlpipe.warehouse._kafka import PartitionLag, load_topic
 from mlpipe.warehouse._segments import (
     COLUMNS,
     Batch,
@@ -62,6 +63,8 @@ class SyncResult:
     deployments_loaded: int = 0  # control-plane history rows newly mirrored
     skipped: list[SkippedLine] = field(default_factory=list)
     quarantined: int = 0  # skipped lines of closed segments written to ``quarantine``
+    kafka_records: int = 0  # records read from the Kafka topic (predlog.sink = "kafka")
+    kafka_lag: list[PartitionLag] = field(default_factory=list)  # per partition, after the sync
     # rows not loaded because their key was taken by another request (another ``ts``): the
     # first row loaded keeps the key. Part of ``duplicates``, which also counts replays.
     reused_ids: int = 0
@@ -387,6 +390,12 @@ def sync(
                 batch.add_parsed(rel, data, now)
                 _load_batch(conn, batch, result, now, on_duckdb)
             result.deployments_loaded = _mirror.insert_missing(conn, changes)
+            result.rows_total = conn.execute(
+                sa.select(sa.func.count()).select_from(_schema.predictions)
+            ).scalar_one()
+    if settings.predlog.sink == "kafka":
+        load_topic(settings, result, notify)
+        with _engine.read(settings, notify) as conn:
             result.rows_total = conn.execute(
                 sa.select(sa.func.count()).select_from(_schema.predictions)
             ).scalar_one()

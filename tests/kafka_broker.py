@@ -1,0 +1,142 @@
+"""A real Apache Kafka broker for the tests: ``.ci/kafka/broker`` on free loopback ports.
+
+Each :func:`kafka_broker` starts a single-node KRaft broker with a fresh data
+directory under the test's temp dir and stops it on exit; ``restart`` keeps the
+data (a broker restart, not a new cluster). Where there is no Java or Maven the
+tests skip, saying why, except under CI (``CI`` set), where a missing broker is
+a failure: CI must not skip them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlpipe.serving import free_port
+
+SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "kafka" / "broker"
+
+
+def _missing_tools() -> str | None:
+    missing = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    return f"{' and '.join(missing)} not on PATH" if missing else None
+
+
+class Broker:
+    """One broker process: its bootstrap address, and stop/start/restart on the same data."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root
+        self.port = free_port()
+        self.controller_port = free_port()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ports = [str(self.port), str(self.controller_port)]
+        subprocess.run(
+            ["bash", str(SCRIPT), "start", str(self.dir), *ports],
+            check=True,
+            timeout=300,
+            stdout=subprocess.DEVNULL,
+        )
+        self._wait_for_metadata()
+
+    def stop(self) -> None:
+        subprocess.run(["bash", str(SCRIPT), "stop", str(self.dir)], check=True, timeout=60)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _wait_for_metadata(self, timeout_s: float = 60.0) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                admin.list_topics(timeout=5)
+                return
+            except Exception:  # noqa: BLE001 - not up yet: retried until the deadline
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def create_topic(self, name: str, partitions: int = 3) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            future.result(timeout=30)
+        self._wait_for_partitions(name, partitions)
+
+    def add_partitions(self, name: str, total: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewPartitions
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.create_partitions([NewPartitions(name, total)]).values():
+            future.result(timeout=30)
+        self._wait_for_partitions(name, total)
+
+    def _wait_for_partitions(self, name: str, count: int) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            topic = admin.list_topics(name, timeout=5).topics.get(name)
+            if topic is not None and topic.error is None and len(topic.partitions) == count:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"topic {name} did not get {count} partitions")
+
+    def consume_all(self, topic: str, expected: int, timeout_s: float = 30.0) -> list[Any]:
+        """Every record of ``topic`` (at least ``expected`` of them), read by a fresh group."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"check-{time.monotonic_ns()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.subscribe([topic])
+        messages: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        try:
+            while len(messages) < expected and time.monotonic() < deadline:
+                messages += [m for m in consumer.consume(1000, timeout=0.5) if m.error() is None]
+        finally:
+            consumer.close()
+        return messages
+
+
+@contextmanager
+def kafka_broker(root: Path) -> Iterator[Broker]:
+    """A started broker in ``root`` (fresh), stopped on exit; skips where Java/Maven are missing."""
+    pytest.importorskip("confluent_kafka", reason="the Kafka tests need mlpipe[prod]")
+    missing = _missing_tools()
+    if missing is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Kafka tests, but {missing}")
+        pytest.skip(f"no Kafka broker can run here: {missing} (.ci/kafka/broker)")
+    root.mkdir(parents=True, exist_ok=True)
+    broker = Broker(root)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
