@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install demo test wheel-test audit lint typecheck docs bench bench-quick soak clean
+.PHONY: install services demo test wheel-test audit lint typecheck docs bench bench-quick soak clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,12 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# PostgreSQL, Redis (and Chromium, Java/Maven) for the production-profile tests: installed from
+# Debian's packages where missing, configured and started (needs root; .ci/run calls it too).
+services:
+	bash .ci/services
+	bash .ci/kafka/broker fetch
 
 demo: install
 	$(BIN)/mlpipe demo
