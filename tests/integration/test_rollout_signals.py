@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,18 @@ pytestmark = pytest.mark.integration
 START_TIMEOUT_S = 120.0
 
 
-def _start_rollout(home: Path) -> subprocess.Popen[str]:
+def _dispositions(sigint: signal.Handlers) -> Callable[[], None]:
+    """What the child starts with: SIGTERM default, SIGINT ``sigint``, whatever this process
+    inherited (a job started in the background runs with SIGINT ignored)."""
+
+    def reset() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, sigint)
+
+    return reset
+
+
+def _start_rollout(home: Path, sigint: signal.Handlers = signal.SIG_DFL) -> subprocess.Popen[str]:
     settings = load_settings()
     deployments.deploy(settings, "fraud", "1", reason="first")
     argv = [MLPIPE, "rollout", "fraud", "--version", "2", "--steps", "5,100", "--interval", "10m"]
@@ -37,6 +49,7 @@ def _start_rollout(home: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_dispositions(sigint),
     )
     deadline = time.monotonic() + START_TIMEOUT_S
     while deployments.rollout_state(settings, "fraud") is None or (
@@ -48,12 +61,22 @@ def _start_rollout(home: Path) -> subprocess.Popen[str]:
     return proc
 
 
+def _stopped(proc: subprocess.Popen[str]) -> str:
+    """Its stderr once it exits; killed (never left running) if it does not within 120 s."""
+    try:
+        return proc.communicate(timeout=120)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_rolls_the_canary_back_as_sigint_does(registered_home: Path, signum: int) -> None:
     settings = load_settings()
     proc = _start_rollout(registered_home)
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=120)
+    err = _stopped(proc)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     record = deployments.status(settings, "fraud")
@@ -64,6 +87,22 @@ def test_sigterm_rolls_the_canary_back_as_sigint_does(registered_home: Path, sig
         "KeyboardInterrupt('signal 15')" if signum == signal.SIGTERM else "KeyboardInterrupt()"
     )
     assert entry.reason == f"rollout step 5%: aborted ({interrupt})"
+    assert deployments.rollout_state(settings, "fraud") is None
+
+
+def test_sigint_rolls_the_canary_back_when_started_with_sigint_ignored(
+    registered_home: Path,
+) -> None:
+    """A scheduler's background job inherits SIGINT ignored; the rollout handles it itself."""
+    settings = load_settings()
+    proc = _start_rollout(registered_home, sigint=signal.SIG_IGN)
+    proc.send_signal(signal.SIGINT)
+    err = _stopped(proc)
+    assert proc.returncode == 130, err
+    record = deployments.status(settings, "fraud")
+    assert (record.champion, record.canary) == ("1", None)
+    (entry,) = deployments.history(settings, "fraud", limit=1)
+    assert entry.reason == "rollout step 5%: aborted (KeyboardInterrupt())"
     assert deployments.rollout_state(settings, "fraud") is None
 
 

@@ -187,23 +187,31 @@ def _take(settings: Settings, model: str, version: str | None, *, resume: bool) 
     return lease
 
 
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises KeyboardInterrupt, as SIGINT does (main thread only).
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 
-    The first SIGTERM interrupts; further ones are ignored until the block ends,
-    so the clean-up that follows (taking the canary out) is not cut short.
+
+@contextmanager
+def signals_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM raise KeyboardInterrupt (main thread only).
+
+    SIGINT is handled here rather than left to Python's default, which a process
+    started in the background never gets: it inherits SIGINT ignored. The first
+    signal interrupts; further ones are ignored until the block ends, so the
+    clean-up that follows (taking the canary out) is not cut short.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, _frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt(f"signal {signum}")
+        for each in _INTERRUPTS:
+            signal.signal(each, signal.SIG_IGN)
+        # Ctrl-C reads as Python's own KeyboardInterrupt; SIGTERM names itself.
+        raise KeyboardInterrupt(*(() if signum == signal.SIGINT else (f"signal {signum}",)))
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {each: signal.signal(each, interrupt) for each in _INTERRUPTS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for each, handler in previous.items():
+            signal.signal(each, handler)

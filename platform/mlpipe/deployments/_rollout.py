@@ -17,7 +17,7 @@ from typing import Any, Literal
 from mlpipe import monitoring
 from mlpipe.config import Settings
 from mlpipe.deployments._feed import history_feed
-from mlpipe.deployments._lease import LeaseHold, hold_lease, sigterm_as_interrupt
+from mlpipe.deployments._lease import LeaseHold, hold_lease, signals_as_interrupt
 from mlpipe.deployments._operations import current, deploy, promote, rollback, status
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.windows import parse_duration
@@ -92,7 +92,7 @@ def rollout(
             raise InvalidInput(
                 f"{model} has no canary: pass --version or `mlpipe deploy --canary` first"
             )
-    with hold_lease(settings, model, version, resume=resume) as hold, sigterm_as_interrupt():
+    with hold_lease(settings, model, version, resume=resume) as hold, signals_as_interrupt():
         todo = _remaining(settings, model, hold, steps) if resume else steps
         result = RolloutResult(model, hold.lease.version, "rolled_back")
         try:
