@@ -25,7 +25,9 @@ def test_register_records_lineage(home: Path) -> None:
     assert json.loads(info.tags["mlpipe.features"]) == ["amount", "txn_count_7d"]
     assert len(info.tags["mlpipe.artifact_sha256"]) == 64
     assert "lightgbm.sklearn.LGBMClassifier" in json.loads(info.tags["mlpipe.skops_trusted_types"])
-    assert info.metrics == {"auc": 0.91}
+    assert info.metrics["auc"] == 0.91  # the metric given wins over the one measured
+    assert set(info.metrics) == {"auc", "recall", "precision", "log_loss"}  # measured
+    assert info.tags["mlpipe.metrics_on"] == f"dataset {data_path.name} (the registration dataset)"
     assert registry.load_reference(load_settings(), "fraud", "1").columns.tolist() == [
         "amount",
         "txn_count_7d",

@@ -38,6 +38,7 @@ from mlpipe.monitoring._evidently import ColumnResult, classification_quality, d
 from mlpipe.monitoring._evidently import task_quality as task_quality_report
 from mlpipe.monitoring._html import write_evidently_html
 from mlpipe.monitoring._quality import (
+    alarm_text,
     positive_rate_test,
     quality,
     reference_scores,
@@ -444,7 +445,7 @@ def _arm_verdict(result: ArmDrift, threshold: float) -> DriftOutcome:
             f"drift share {result.drift_share:.2f} >= {threshold:g} (significant shifts)"
         )
     quality_alarms = (result.quality or {}).get("alarms", [])
-    result.alarms.extend(f"quality: {m} below the registered value" for m in quality_alarms)
+    result.alarms.extend(alarm_text(m) for m in quality_alarms)
     if quality_alarms:
         return "quality"
     if result.alarms:

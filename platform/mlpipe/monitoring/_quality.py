@@ -179,9 +179,39 @@ def quality(
     comparisons = lm.compare(deltas, registered, point, lm.support(scored), alpha=QUALITY_ALPHA)
     out["metrics"] = [c.__dict__ for c in comparisons]
     out["alarms"] = [c.metric for c in comparisons if c.worse]
-    out["status"] = "quality" if out["alarms"] else "ok"
+    out["status"] = _status(out, registered)
     out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
     return out
+
+
+NO_BASELINE = "no baseline"
+
+
+def _status(out: dict[str, Any], registered: dict[str, float]) -> str:
+    """``quality`` (an alarm), ``ok``, or ``no baseline`` where no registered metric is
+    known: a check against nothing is not a pass. Notes the metrics without one."""
+    missing = [k for k, v in registered.items() if math.isnan(v)]
+    if out["alarms"]:
+        status = "quality"
+    elif len(missing) == len(registered):
+        out["note"] = (
+            "no baseline: the version has no registered metrics to judge these labels "
+            "against (register it again to record its metrics on its dataset, or give --metric)"
+        )
+        return NO_BASELINE
+    else:
+        status = "ok"
+    if missing:
+        out["note"] = f"no baseline for {', '.join(missing)}: not judged"
+    return status
+
+
+def alarm_text(metric: str) -> str:
+    """A quality alarm in words, its direction the metric's own (log loss rises)."""
+    side = "below" if tm.HIGHER_IS_BETTER.get(metric, True) else "above"
+    if metric == "bias":
+        return "quality: |bias| above the registered value"
+    return f"quality: {metric} {side} the registered value"
 
 
 def task_quality(
@@ -225,7 +255,7 @@ def task_quality(
         return out, scored
     out["metrics"] = [c.__dict__ for c in comparisons]
     out["alarms"] = [c.metric for c in comparisons if c.worse]
-    out["status"] = "quality" if out["alarms"] else "ok"
+    out["status"] = _status(out, registered)
     return out, scored
 
 

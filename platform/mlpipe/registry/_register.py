@@ -24,6 +24,7 @@ from mlpipe.features import describe_service
 from mlpipe.registry import _lineage, _registration, _tags
 from mlpipe.registry._candidate import read_candidate
 from mlpipe.registry._client import client, first_line, mlflow_errors
+from mlpipe.registry._dataset_metrics import dataset_metrics
 from mlpipe.registry._flavors import for_candidate
 from mlpipe.registry._input_schema import UNSEEN, InputColumn, InputSchema, infer_schema
 from mlpipe.registry._model_flavor import ModelFlavor
@@ -82,7 +83,17 @@ def register(
     if run_id:
         tags[_tags.SOURCE_RUN] = run_id
     return register_model(
-        settings, name, model, frame, inputs, label, tags, trust, description, task=spec
+        settings,
+        name,
+        model,
+        frame,
+        inputs,
+        label,
+        tags,
+        trust,
+        description,
+        task=spec,
+        baseline=f"dataset {Path(dataset).name} (the registration dataset)",
     )
 
 
@@ -109,8 +120,13 @@ def register_model(
     description: str | None = None,
     *,
     task: TaskSpec | None = None,
+    baseline: str | None = None,
 ) -> VersionInfo:
     """Log an in-memory ``model`` with ``tags`` (lineage already filled in) as a new version.
+
+    With ``baseline`` (what ``frame`` is, in words) the version's own metrics on
+    ``frame`` are recorded as its quality baseline (:mod:`._dataset_metrics`),
+    beside the metrics ``tags`` holds already, which win.
 
     The flavor comes from the object (see ``_flavors``); the task is ``task``
     (a derived version passes its parent's), checked against the model's, or
@@ -129,6 +145,9 @@ def register_model(
         flavor, model, frame, features, label, spec
     )
     tags[_tags.INPUT_SCHEMA] = schema.to_json()
+    if baseline is not None:
+        scoring = _Scoring(flavor, model, spec)
+        tags = {**_baseline_tags(scoring, schema, frame, features, label, baseline), **tags}
     mv = _registration.log_and_register(
         settings,
         name,
@@ -140,6 +159,27 @@ def register_model(
         description=description,
     )
     return VersionInfo.from_mlflow(mv)
+
+
+def _baseline_tags(
+    scoring: _Scoring,
+    schema: InputSchema,
+    frame: pd.DataFrame,
+    features: list[str],
+    label: str,
+    source: str,
+) -> dict[str, str]:
+    """The version's metrics on ``frame`` as metric tags, and what they were measured on."""
+    figures = dataset_metrics(
+        scoring.task,
+        lambda x: _check_scores(scoring, x, features),
+        schema,
+        frame[features],
+        frame[label],
+    )
+    if not figures:
+        return {}
+    return {**_tags.metric_tags(figures), _tags.METRICS_ON: source}
 
 
 def _task_for(flavor: ModelFlavor, model: Any, given: TaskSpec | None) -> TaskSpec:

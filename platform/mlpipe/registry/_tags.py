@@ -23,6 +23,8 @@ THRESHOLD = TAG + "threshold"
 GIT_COMMIT = TAG + "git_commit"
 SOURCE_RUN = TAG + "source_run"
 METRIC_PREFIX = TAG + "metric."
+# What the metrics register measured itself were measured on ("dataset train.csv (...)").
+METRICS_ON = TAG + "metrics_on"
 
 # Storage: how the artifact was written and how to load it.
 FLAVOR = TAG + "flavor"
