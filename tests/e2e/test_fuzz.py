@@ -235,6 +235,10 @@ def test_generated_cases_get_no_5xx_and_json_4xx(served: Any) -> None:
 
 HOSTILE_IDS = ["\x00", "a\x00b", "\x1b[31m", "\x7f", "\x85", "id\x9f"]
 HOSTILE_INTS = [2**63, -(2**63) - 1, 10**30, 2**64]
+HOSTILE_TENSORS = [  # each was a 500 with a traceback (issue 29, item 3)
+    ({"name": "amount", "datatype": "FP64", "shape": [1] * 65, "data": [1.0]}, 400),
+    ({"name": "amount", "datatype": "BYTES", "shape": [1], "data": [10**400]}, 422),
+]
 
 
 def test_hostile_ids_and_huge_integers_get_4xx_never_5xx(served: Any) -> None:
@@ -256,9 +260,20 @@ def test_hostile_ids_and_huge_integers_get_4xx_never_5xx(served: Any) -> None:
         cases.append(("/v2/models/fraud/infer", {**infer, "id": text}, 400))
     for number in HOSTILE_INTS:
         cases.append(("/predict", {**good, "entity": {"customer_id": number}}, 422))
+    n_items = infer["inputs"][1]
+    for tensor, status in HOSTILE_TENSORS:
+        cases.append(("/v2/models/fraud/infer", {"inputs": [tensor, n_items]}, status))
     with httpx.Client(base_url=served.url, headers=auth, timeout=30) as client:
         for path, body, status in cases:
             r = client.post(path, json=body)
             assert r.status_code == status, (path, body, r.status_code, r.text)
             assert _is_json_error(r.content), r.text
+        # "²".isdigit() is true and int("²") fails: a byte count is ASCII digits
+        head = json.dumps(infer).encode()
+        binary = {
+            "inference-header-content-length": "²".encode("latin-1"),
+            "content-type": "application/octet-stream",
+        }
+        r = client.post("/v2/models/fraud/infer", content=head, headers=binary)
+        assert r.status_code == 400 and "not a byte count" in r.text, r.text
         assert client.post("/predict", json=good).status_code == 200  # still serving

@@ -139,6 +139,7 @@ _AMOUNT = {"name": "amount", "datatype": "FP64", "shape": [1], "data": [1.0]}
         {"inputs": [{**_AMOUNT, "datatype": "BYTES", "data": ["x"]}]},  # not a number
         {"inputs": [{**_AMOUNT, "datatype": "BYTES", "data": [{"a": 1}]}]},
         {"inputs": [{**_AMOUNT, "shape": [2**40, 2**40], "data": []}]},
+        {"inputs": [{**_AMOUNT, "shape": [1] * 65}]},  # numpy holds 64 dimensions at most
         {"inputs": [{k: v for k, v in _AMOUNT.items() if k != "data"}]},
         {"inputs": [{**_AMOUNT, "parameters": []}]},
         {"inputs": [_AMOUNT], "outputs": [{}]},

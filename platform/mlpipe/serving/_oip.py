@@ -68,6 +68,7 @@ from mlpipe.serving._oip_codec import (
     check_shared,
     decode_request,
     encode_response,
+    header_length,
     model_metadata,
     outputs_of,
     request_rows,
@@ -140,10 +141,8 @@ class InferenceProtocol:
         """Score the request's rows as one batch: all answered, or none (and none logged)."""
         started = time.perf_counter()
         body = await read_body(scope, receive)  # the intake held it to max_body_bytes
-        header_len = _header(scope, b"inference-header-content-length")
-        if header_len is not None and not header_len.isdigit():
-            raise ProtocolError("Inference-Header-Content-Length: not a byte count")
-        request = decode_request(body, int(header_len) if header_len else None)
+        header_len = header_length(_header(scope, b"inference-header-content-length"))
+        request = decode_request(body, header_len)
         rows = request_rows(served, request, self.max_rows)
         outputs = outputs_of(task_of(served))
         # refuse outputs unknown, or not shared by the versions that answer, before scoring

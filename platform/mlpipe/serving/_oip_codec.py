@@ -131,6 +131,19 @@ def _shape(task: TaskSpec, output: str) -> list[int]:
     return [-1, len(task.classes)] if output == "probabilities" else [-1]
 
 
+MAX_DIMENSIONS = 64  # numpy's limit on an array's dimensions
+
+
+def header_length(value: str | None) -> int | None:
+    """``Inference-Header-Content-Length`` as a byte count; None where absent or empty."""
+    if not value:
+        return None
+    # str.isdigit() is true of "²" and other digits int() refuses; a count has ASCII digits.
+    if not (value.isascii() and value.isdigit()) or len(value) > 18:
+        raise ProtocolError("Inference-Header-Content-Length: not a byte count")
+    return int(value)
+
+
 def decode_request(body: bytes, header_len: int | None) -> dict[str, Any]:
     """The JSON part of an infer request, each input's ``data`` as a flat numpy array."""
     head, binary = (body, b"") if header_len is None else (body[:header_len], body[header_len:])
@@ -158,10 +171,21 @@ def decode_request(body: bytes, header_len: int | None) -> dict[str, Any]:
             values = _from_json(tensor["data"], dtype, name)
         else:
             raise ProtocolError(f"inputs.{name}: neither data nor binary_data_size")
-        if values.size != math.prod(shape):
-            raise ProtocolError(f"inputs.{name}: {values.size} values for shape {shape}")
-        tensor["values"] = values.reshape(shape)
+        tensor["values"] = _shaped(values, shape, name)
     return request
+
+
+def _shaped(values: np.ndarray, shape: list[int], name: str) -> np.ndarray:
+    if len(shape) > MAX_DIMENSIONS:
+        raise ProtocolError(
+            f"inputs.{name}: shape has {len(shape)} dimensions, at most {MAX_DIMENSIONS}"
+        )
+    if values.size != math.prod(shape):
+        raise ProtocolError(f"inputs.{name}: {values.size} values for shape {shape}")
+    try:
+        return values.reshape(shape)
+    except (ValueError, OverflowError) as exc:  # e.g. a dimension past what numpy indexes
+        raise ProtocolError(f"inputs.{name}: shape {shape} cannot hold the data") from exc
 
 
 def _from_binary(chunk: bytes, dtype: str, name: str) -> np.ndarray:
@@ -246,6 +270,8 @@ def _feature_column(name: str, values: np.ndarray, datatype: str) -> list[Any]:
         numbers = values.astype(np.float64)
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
+    except OverflowError as exc:  # an integer past float64's range, sent as BYTES
+        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422) from exc
     if not np.isfinite(numbers).all():
         raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
     return numbers.tolist()
@@ -388,11 +414,13 @@ def _to_binary(values: list[Any], dtype: str) -> bytes:
 __all__ = [
     "ANSWERED_BY",
     "MATRIX_INPUT",
+    "MAX_DIMENSIONS",
     "OUTPUTS",
     "ProtocolError",
     "check_shared",
     "decode_request",
     "encode_response",
+    "header_length",
     "model_metadata",
     "outputs_of",
     "request_rows",

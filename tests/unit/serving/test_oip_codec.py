@@ -15,6 +15,7 @@ from mlpipe.serving._oip_codec import (
     check_shared,
     decode_request,
     encode_response,
+    header_length,
     model_metadata,
     outputs_of,
     request_rows,
@@ -115,6 +116,39 @@ def test_bad_tensors_are_refused_with_the_field(
     with pytest.raises(ProtocolError, match=says) as caught:
         request_rows(SERVED, decode_request(_request(inputs), None), max_rows=10)
     assert caught.value.status == status
+
+
+@pytest.mark.parametrize(
+    ("tensor", "status", "says"),
+    [
+        # numpy holds at most 64 dimensions: reshape raised ValueError (a 500)
+        ({"datatype": "FP64", "shape": [1] * 65, "data": [1.0]}, 400, "65 dimensions, at most 64"),
+        # a dimension past what numpy indexes, with no data to fill it
+        ({"datatype": "FP64", "shape": [0, 2**70], "data": []}, 400, "cannot hold the data"),
+        # float(10**400) raised OverflowError (a 500)
+        ({"datatype": "BYTES", "shape": [1], "data": [10**400]}, 422, "finite numbers"),
+        ({"datatype": "BYTES", "shape": [1], "data": [-(10**400)]}, 422, "finite numbers"),
+    ],
+)
+def test_hostile_tensors_are_a_4xx_naming_the_input(
+    tensor: dict[str, Any], status: int, says: str
+) -> None:
+    body = _request([{"name": "amount", **tensor}])
+    with pytest.raises(ProtocolError, match=f"^inputs.amount: .*{says}") as caught:
+        request_rows(SERVED, decode_request(body, None), max_rows=10)
+    assert caught.value.status == status
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["²", "١٢", "12 ", "-1", "1e3", "9" * 5000])
+def test_a_header_length_that_is_not_ascii_digits_is_a_400(value: str) -> None:
+    # "²".isdigit() and "١٢".isdigit() are true, and int() refuses the first
+    with pytest.raises(ProtocolError, match="^Inference-Header-Content-Length: not a byte count$"):
+        header_length(value)
+
+
+def test_a_header_length_of_ascii_digits_is_the_count() -> None:
+    assert (header_length("12"), header_length(""), header_length(None)) == (12, None, None)
 
 
 def test_malformed_json_is_a_400() -> None:
