@@ -3,11 +3,10 @@
 Without a baseline, ``monitor drift`` cannot judge labelled traffic: a model at
 chance level would pass. So register scores the dataset (a sample of it) the
 way serving scores it and records the metrics the quality check judges, under
-the same names and computed by the same functions (binary: AUC, recall and
-precision at the threshold, log loss; multiclass: accuracy, macro F1, log
-loss; regression: MAE, RMSE, bias). Metrics given with ``--metric`` win. On the
-training set the figures are optimistic; ``--eval-dataset`` (a holdout) gives
-honest ones, and the tag :data:`_tags.METRICS_ON` says which was used.
+the same names (binary: AUC, recall and precision at the threshold, log loss;
+multiclass: accuracy, macro F1, log loss; regression: MAE, RMSE, bias).
+Metrics given with ``--metric`` win. On the training set the figures are
+optimistic; the tag :data:`_tags.METRICS_ON` says which dataset they are on.
 """
 
 from __future__ import annotations
@@ -80,14 +79,40 @@ def _as_served(schema: InputSchema, x: pd.DataFrame) -> Any:
 
 
 def _metrics(task: TaskSpec, output: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """scikit-learn's metrics, under the names the quality check judges.
+
+    Computed here rather than with monitoring's bootstrap functions: the
+    registry sits below monitoring (tests/unit/test_layers.py), and on unit
+    weights the two agree (``tests/unit/registry/test_dataset_metrics.py``).
+    """
     import numpy as np
+    from sklearn import metrics as m
 
-    from mlpipe.monitoring import _label_metrics as lm
-    from mlpipe.monitoring import _task_metrics as tm
-
-    rows = np.arange(len(y))  # every row its own entity: no bootstrap here
+    if task.task == "regression":
+        error = np.asarray(output, dtype=float) - y.astype(float)
+        return {
+            "mae": float(np.mean(np.abs(error))),
+            "rmse": float(np.sqrt(np.mean(error**2))),
+            "bias": float(np.mean(error)),
+        }
+    truth = y.astype(int)
     if task.task == "binary":
-        scores = np.asarray(output, dtype=float)
-        scored = lm.Scored(scores, scores >= task.threshold, y.astype(int), rows)
-        return lm.point_metrics(scored)
-    return tm.point_metrics(task.task, tm.Labelled(output, y, rows))
+        scores = np.clip(np.asarray(output, dtype=float), 1e-7, 1 - 1e-7)
+        flagged = (scores >= task.threshold).astype(int)
+        out = {
+            "recall": float(m.recall_score(truth, flagged, zero_division=np.nan)),
+            "precision": float(m.precision_score(truth, flagged, zero_division=np.nan)),
+            "log_loss": float(m.log_loss(truth, scores, labels=[0, 1])),
+        }
+        if len(np.unique(truth)) == 2:
+            out["auc"] = float(m.roc_auc_score(truth, scores))
+        return out
+    probs = np.asarray(output, dtype=float)
+    probs = probs / np.clip(probs.sum(axis=1, keepdims=True), 1e-7, None)
+    k = probs.shape[1]
+    pred = probs.argmax(axis=1)
+    return {
+        "accuracy": float(np.mean(pred == truth)),
+        "macro_f1": float(m.f1_score(truth, pred, labels=list(range(k)), average="macro")),
+        "log_loss": float(m.log_loss(truth, np.clip(probs, 1e-7, 1), labels=list(range(k)))),
+    }
