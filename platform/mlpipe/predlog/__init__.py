@@ -4,6 +4,7 @@ A worker appends each answered request to its own segment before the response
 goes out; the warehouse loader reads closed and open segments idempotently.
 """
 
+from mlpipe.predlog._kafka import TENANT_HEADER
 from mlpipe.predlog._pii import PiiHasher
 from mlpipe.predlog._record import DECODER, ENCODER, Arm, PredictionRecord
 from mlpipe.predlog._segments import SegmentWriter
@@ -16,6 +17,7 @@ __all__ = [
     "PiiHasher",
     "PredictionRecord",
     "PredictionSink",
+    "TENANT_HEADER",
     "SegmentWriter",
     "open_sink",
 ]

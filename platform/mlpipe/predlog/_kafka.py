@@ -48,6 +48,8 @@ def producer_config(
 class KafkaSink:
     """Appends each record to ``topic``, keyed by tenant, and waits for the acks."""
 
+    waits_for_acks = True
+
     def __init__(
         self,
         bootstrap: str,

@@ -28,6 +28,8 @@ CLOSED_SUFFIX = ".jsonl"
 class SegmentWriter:
     """One worker's append-only segment files (thread-safe)."""
 
+    waits_for_acks = False  # an OS write: made on the event loop
+
     def __init__(
         self,
         directory: Path,

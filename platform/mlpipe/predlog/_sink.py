@@ -22,7 +22,13 @@ logger = logging.getLogger("mlpipe.predlog")
 
 
 class PredictionSink(Protocol):
-    """Where prediction rows go. ``append`` returns once the rows are durable enough to answer."""
+    """Where prediction rows go. ``append`` returns once the rows are durable enough to answer.
+
+    ``waits_for_acks``: ``append`` waits on the network (Kafka), so serving calls
+    it off the event loop; a local write (segment files) is made on it.
+    """
+
+    waits_for_acks: bool
 
     def append(self, records: Sequence[PredictionRecord]) -> None: ...
 
@@ -31,6 +37,8 @@ class PredictionSink(Protocol):
 
 class NullSink:
     """Drops every row: ``predlog.sink = "none"``, for benchmarks of what logging costs."""
+
+    waits_for_acks = False
 
     def append(self, records: Sequence[PredictionRecord]) -> None:
         pass

@@ -117,6 +117,8 @@ class ScoringPipeline:
         self._cache: LRUCache[Prediction] = LRUCache(settings.serving.prediction_cache_size)
         self._pii = PiiHasher(settings.pii_fields, settings.pii_key)
         self._shadow_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-shadow")
+        # predict_batch_async's log writes, one at a time, in the order the batches were scored
+        self._log_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-log")
         self._shadow_backlog = 0
         self._shadow_lock = Lock()
         self._timeout_ns = int(settings.serving.request_timeout_s * 1e9)
@@ -164,6 +166,31 @@ class ScoringPipeline:
         all or not at all: when one cannot be answered, none is, and none is
         logged as answered.
         """
+        results, items = self._score_batch(requests, together)
+        self._append(items)
+        return self._answer(results, items)
+
+    async def predict_batch_async(
+        self, requests: Sequence[PredictRequest], *, together: bool = False
+    ) -> list[dict[str, Any]]:
+        """:meth:`predict_batch` for a sink that waits on the network (Kafka's acks).
+
+        The batch is scored on the event loop as before; the log write, which
+        waits for the broker, runs on the one log thread, so the loop scores the
+        next batch meanwhile instead of sitting through the round trip. The
+        contract is the same: nothing is answered before its row is logged.
+        """
+        import asyncio
+
+        results, items = self._score_batch(requests, together)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._log_pool, self._append, items)
+        return self._answer(results, items)
+
+    def _score_batch(
+        self, requests: Sequence[PredictRequest], together: bool
+    ) -> tuple[list[dict[str, Any]], list[_Item]]:
+        """Route, fetch features and score: (a result slot per request, the items scored)."""
         results: list[dict[str, Any]] = [{} for _ in requests]
         items: list[_Item] = []
         for i, req in enumerate(requests):
@@ -181,7 +208,10 @@ class ScoringPipeline:
         self._expire(items)
         if together:
             _fail_together(items)
-        self._append(items)
+        return results, items
+
+    def _answer(self, results: list[dict[str, Any]], items: list[_Item]) -> list[dict[str, Any]]:
+        """Fill each request's slot with its answer or error; count, and shadow the answered."""
         answered = [it for it in items if it.error is None]
         for it in items:
             if it.error is not None:
@@ -195,6 +225,7 @@ class ScoringPipeline:
         return results
 
     def close(self) -> None:
+        self._log_pool.shutdown(wait=True)
         self._shadow_pool.shutdown(wait=True)
 
     # -- the log, and what must not be answered --

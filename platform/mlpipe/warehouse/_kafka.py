@@ -35,8 +35,7 @@ import msgspec
 import sqlalchemy as sa
 
 from mlpipe.errors import StoreUnavailable
-from mlpipe.predlog import DECODER, PredictionRecord
-from mlpipe.predlog._kafka import TENANT_HEADER
+from mlpipe.predlog import DECODER, TENANT_HEADER, PredictionRecord
 from mlpipe.warehouse import _engine, _schema
 from mlpipe.warehouse._segments import (
     CANNOT_STORE,

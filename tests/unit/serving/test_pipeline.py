@@ -82,6 +82,8 @@ class FakeFeatures:
 
 
 class ListSink:
+    waits_for_acks = False
+
     def __init__(self) -> None:
         self.rows: list[Any] = []
 
