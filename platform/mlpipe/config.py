@@ -91,6 +91,8 @@ class MonitorSettings(_Section):
     canary_min_requests: int = Field(200, ge=1)
     canary_max_error_rate_delta: float = Field(0.01, ge=0)
     canary_max_p99_ratio: float = Field(1.5, gt=0)
+    # A p99 no more than this above the champion's passes whatever the ratio (docs/canary.md).
+    canary_p99_slack_ms: float = Field(25.0, ge=0)
     canary_max_accuracy_drop: float = Field(0.02, ge=0)
     canary_min_labels: int = Field(100, ge=1)
     canary_prediction_drift_p: float = Field(0.01, gt=0, lt=1)
