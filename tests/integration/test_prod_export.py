@@ -105,3 +105,27 @@ def test_bad_names_and_options_are_input_errors(home: Path) -> None:
     result = run_cli("export", "k8s", "a" * 40, "--out", str(home / "k8s"))
     assert result.returncode == 2 and "Kubernetes name" in result.stderr
     assert not (home / "k8s").exists()
+
+
+def test_a_log_on_kafka_gets_a_following_consumer_and_no_log_volume() -> None:
+    settings = Settings(
+        predlog={"sink": "kafka", "kafka_bootstrap": "kafka-0.kafka:9092", "kafka_topic": "preds"}
+    )
+    objects = k8s_manifests(settings, "fraud")
+    for obj in objects:
+        _validate(obj)
+    kinds = _by_kind(objects)
+    assert not [k for k in kinds if k[0] == "PersistentVolumeClaim"]
+    assert ("CronJob", "mlpipe-fraud-warehouse-sync") not in kinds
+    follower = kinds[("Deployment", "mlpipe-fraud-warehouse-sync")]["spec"]
+    assert follower["replicas"] == 1
+    container = follower["template"]["spec"]["containers"][0]
+    assert container["command"] == [
+        "mlpipe", "warehouse", "sync", "--follow", "--metrics-port", "9400",
+    ]  # fmt: skip
+    gateway = kinds[("Deployment", "mlpipe-fraud-gateway")]["spec"]["template"]["spec"]
+    assert "volumes" not in gateway and "volumeMounts" not in gateway["containers"][0]
+    data = kinds[("ConfigMap", "mlpipe-fraud-config")]["data"]
+    assert data["MLPIPE_PREDLOG__SINK"] == "kafka"
+    assert data["MLPIPE_PREDLOG__KAFKA_BOOTSTRAP"] == "kafka-0.kafka:9092"
+    assert data["MLPIPE_PREDLOG__KAFKA_TOPIC"] == "preds"

@@ -74,7 +74,9 @@ def k8s_manifests(
     - With ``split_runner``: the same four for ``{app}-runner``, a runner tier
       scaled on queue depth, for when scoring moves to its own (GPU) pods; it
       runs ``runner_image`` (default: the same bento; see docs/production.md).
-    - CronJob ``{app}-warehouse-sync``: loads closed log segments into the warehouse.
+    - CronJob ``{app}-warehouse-sync``: loads closed log segments into the warehouse;
+      with the log on Kafka (``predlog.sink = "kafka"``) instead a Deployment of the
+      same name running ``mlpipe warehouse sync --follow`` (no log volume anywhere).
     - CronJob ``{app}-drift``: ``mlpipe monitor drift NAME --window 24h``.
 
     ``{app}`` is ``mlpipe-`` plus the model name in DNS form. Raises
@@ -83,19 +85,20 @@ def k8s_manifests(
     options = options or K8sOptions()
     app = _app_name(model)
     _check(options)
+    files = settings.predlog.sink != "kafka"  # else the log is a Kafka topic: no volume
     gateway = _Tier(app, "gateway", options)
     objects: list[Manifest] = [
         _config_map(settings, app, model, options),
-        _predlog_claim(app, options),
-        *gateway.objects(predlog=True),
+        *([_predlog_claim(app, options)] if files else []),
+        *gateway.objects(predlog=files),
     ]
     if options.split_runner:
         objects.extend(_Tier(app, "runner", options).objects(predlog=False))
-    objects.append(
-        _cron_job(
-            app, "warehouse-sync", options.sync_schedule, ["mlpipe", "warehouse", "sync"], options
-        )
-    )
+    if files:
+        sync = ["mlpipe", "warehouse", "sync"]
+        objects.append(_cron_job(app, "warehouse-sync", options.sync_schedule, sync, options))
+    else:
+        objects.append(_sync_follower(app, options))
     objects.append(
         _cron_job(
             app,
@@ -103,6 +106,7 @@ def k8s_manifests(
             options.drift_schedule,
             ["mlpipe", "monitor", "drift", model, "--window", options.drift_window],
             options,
+            predlog=files,
         )
     )
     return objects
@@ -177,6 +181,14 @@ def _config_map(settings: Settings, app: str, model: str, options: K8sOptions) -
         "MLPIPE_SERVING__PORT": str(options.port),
         "BENTOML_PORT": str(options.port),  # the containerized bento's `bentoml serve`
     }
+    p = settings.predlog
+    if p.sink == "kafka":  # librdkafka credentials (predlog.kafka_config) go in the Secret
+        data |= {
+            "MLPIPE_PREDLOG__SINK": "kafka",
+            "MLPIPE_PREDLOG__KAFKA_BOOTSTRAP": p.kafka_bootstrap,
+            "MLPIPE_PREDLOG__KAFKA_TOPIC": p.kafka_topic,
+            "MLPIPE_PREDLOG__KAFKA_GROUP": p.kafka_group,
+        }
     for key in _STORE_SETTINGS:
         value = getattr(settings, key)
         if not value:
@@ -379,18 +391,72 @@ def _pods_metric(name: str, average: int) -> dict[str, Any]:
     }
 
 
+SYNC_METRICS_PORT = 9400
+
+
+def _sync_follower(app: str, options: K8sOptions) -> Manifest:
+    """``mlpipe warehouse sync --follow``: the Kafka topic's consumer, its lag on /metrics.
+
+    One replica: more share the partitions (a consumer group) but only on a
+    warehouse that takes several writers (PostgreSQL). SIGTERM ends it after the
+    batch in hand is committed with its offsets.
+    """
+    name = f"{app}-warehouse-sync"
+    command = [
+        *("mlpipe", "warehouse", "sync", "--follow"),
+        *("--metrics-port", str(SYNC_METRICS_PORT)),
+    ]
+    container = {
+        "name": "warehouse-sync",
+        "image": options.image,
+        "command": command,
+        "envFrom": _env_from(app, options),
+        "ports": [{"name": "metrics", "containerPort": SYNC_METRICS_PORT, "protocol": "TCP"}],
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, app, "warehouse-sync", options),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": _labels(app, "warehouse-sync")},
+            "strategy": {"type": "Recreate"},
+            "template": {
+                "metadata": {
+                    "labels": _labels(app, "warehouse-sync"),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(SYNC_METRICS_PORT),
+                    },
+                },
+                "spec": {"containers": [container], "terminationGracePeriodSeconds": 60},
+            },
+        },
+    }
+
+
 def _cron_job(
-    app: str, job: str, schedule: str, command: list[str], options: K8sOptions
+    app: str,
+    job: str,
+    schedule: str,
+    command: list[str],
+    options: K8sOptions,
+    *,
+    predlog: bool = True,
 ) -> Manifest:
     name = f"{app}-{job}"
-    container = {
+    container: dict[str, Any] = {
         "name": job,
         "image": options.image,
         "command": command,
         "envFrom": _env_from(app, options),
-        "volumeMounts": [{"name": "predlog", "mountPath": PREDLOG_DIR}],
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
     }
+    volumes = []
+    if predlog:
+        container["volumeMounts"] = [{"name": "predlog", "mountPath": PREDLOG_DIR}]
+        volumes = [{"name": "predlog", "persistentVolumeClaim": {"claimName": f"{app}-predlog"}}]
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
@@ -409,12 +475,7 @@ def _cron_job(
                         "spec": {
                             "restartPolicy": "Never",
                             "containers": [container],
-                            "volumes": [
-                                {
-                                    "name": "predlog",
-                                    "persistentVolumeClaim": {"claimName": f"{app}-predlog"},
-                                }
-                            ],
+                            **({"volumes": volumes} if volumes else {}),
                         },
                     },
                 }
