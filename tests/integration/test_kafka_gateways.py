@@ -12,6 +12,7 @@ agree with what the clients were told.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -28,6 +29,7 @@ import sqlalchemy as sa
 from mlpipe import deployments, security, warehouse
 from mlpipe.config import Settings, load_settings
 from mlpipe.serving import free_port
+from tests.conftest import run_cli
 from tests.integration.prod_services import REDIS_URL, postgres_database, redis_client
 from tests.kafka_broker import Broker, kafka_broker
 
@@ -182,6 +184,9 @@ def test_two_gateways_log_every_acknowledged_prediction_once_through_one_topic(
     assert not set(answers.refused) & set(logged)  # nothing refused is claimed logged
     assert result.kafka_records >= len(answers.ok) and sum(p.lag for p in result.kafka_lag) == 0
     since = datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1)
+    status = run_cli("status", "fraud", "--json", cwd=stack.settings.home)
+    assert status.returncode == 0, status.stderr
+    assert sum(p["lag"] for p in json.loads(status.stdout)["kafka_lag"]) == 0
     figures = {
         (f.arm, f.version): f.requests
         for f in warehouse.arm_figures(stack.settings, "fraud", since)

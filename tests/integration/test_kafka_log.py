@@ -27,6 +27,7 @@ from mlpipe.config import Settings
 from mlpipe.errors import StoreUnavailable
 from mlpipe.predlog import PredictionRecord
 from mlpipe.predlog._kafka import TENANT_HEADER, KafkaSink
+from mlpipe.serving import free_port
 from tests.integration.kafka_sync_worker import POINTS
 from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
 from tests.kafka_broker import Broker, kafka_broker
@@ -203,6 +204,20 @@ def msgspec_json(record: PredictionRecord) -> bytes:
     return msgspec.json.encode(record)
 
 
+def test_a_reused_request_id_is_counted_not_silently_dropped(
+    broker: Broker, tmp_path: Path
+) -> None:
+    topic = _topic()
+    broker.create_topic(topic, partitions=1)
+    settings = _settings(tmp_path, broker, topic)
+    sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
+    sink.append([_record(1, ts=1_800_000_000.0), _record(2)])
+    sink.append([_record(1, ts=1_800_000_100.0)])  # the client sent request id r1 again
+    result = warehouse.sync(settings)
+    assert result.rows_loaded == 2 and result.reused_ids == 1
+    assert sorted(r[0] for r in _rows(settings)) == ["r1", "r2"]
+
+
 def test_lag_is_reported_per_partition_by_sync_and_doctor(broker: Broker, tmp_path: Path) -> None:
     from tests.conftest import run_cli
 
@@ -299,8 +314,10 @@ def test_follow_loads_records_as_they_arrive_and_stops_on_sigterm(
         "MLPIPE_PREDLOG__KAFKA_BOOTSTRAP": broker.bootstrap, "MLPIPE_PREDLOG__KAFKA_TOPIC": topic,
     }  # fmt: skip
     mlpipe = str(Path(sys.executable).parent / "mlpipe")
+    metrics_port = free_port()
     follower = subprocess.Popen(
-        [mlpipe, "warehouse", "sync", "--follow"], env=env, cwd=tmp_path,
+        [mlpipe, "warehouse", "sync", "--follow", "--metrics-port", str(metrics_port)],
+        env=env, cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
@@ -313,6 +330,7 @@ def test_follow_loads_records_as_they_arrive_and_stops_on_sigterm(
                 if _count_when_free(settings) == (round_ + 1) * 10:
                     break
             assert _count_when_free(settings) == (round_ + 1) * 10
+        _lag_gauge_reads(metrics_port, topic, 0)
         follower.send_signal(signal.SIGTERM)
         _, err = follower.communicate(timeout=30)
         assert follower.returncode == 0, err.decode()
@@ -320,6 +338,24 @@ def test_follow_loads_records_as_they_arrive_and_stops_on_sigterm(
     finally:
         if follower.poll() is None:
             follower.kill()
+
+
+def _lag_gauge_reads(port: int, topic: str, expected: float) -> None:
+    """The follower's /metrics shows the lag of every partition (refreshed every ~5 s)."""
+    import httpx
+
+    deadline = time.monotonic() + 20
+    while True:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        values = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("mlpipe_predlog_kafka_lag_records{") and f'topic="{topic}"' in line
+        ]
+        if len(values) == 2 and all(v == expected for v in values):
+            return
+        assert time.monotonic() < deadline, text
+        time.sleep(0.5)
 
 
 def _count_when_free(settings: Settings) -> int:

@@ -40,6 +40,9 @@ def deploy(
     shadow: float | None = typer.Option(None, "--shadow", help="Mirror PCT % of traffic."),
     reason: str | None = _REASON,
     expect_generation: int | None = _EXPECT,
+    force: bool = typer.Option(
+        False, "--force", help="Take over from a running rollout (it stops at its next step)."
+    ),
 ) -> None:
     """Deploy a version: as champion, or as a canary / shadow next to it."""
     from mlpipe import deployments
@@ -52,6 +55,7 @@ def deploy(
         shadow=shadow,
         reason=reason,
         expected_generation=expect_generation,
+        force=force,
     )
     render_deployment(record)
 
@@ -115,16 +119,22 @@ def status(
     report = deployments.status_report(settings, name)
     record = report.record
     figures, note = _figures(settings, name, window)
+    lag, lag_line = _log_lag(settings)
     if json_out:
         console.print_json(
-            {**asdict(record), **_status_extras(report), "figures": [asdict(f) for f in figures]}
+            {
+                **asdict(record),
+                **_status_extras(report),
+                "figures": [asdict(f) for f in figures],
+                **({"kafka_lag": [asdict(p) for p in lag]} if lag else {}),
+            }
         )
         return
     render_deployment(record)
     rows = [[f.arm, f.version, f.requests, f.errors, _ms(f.p50_ms), _ms(f.p99_ms)] for f in figures]
     title = f"last {window} (as of the last `mlpipe warehouse sync`)"
     console.show(console.table(title, ["arm", "version", "requests", "errors", "p50", "p99"], rows))
-    for line in [*_status_lines(report), note]:
+    for line in [*_status_lines(report), note, lag_line]:
         if line:
             console.status(line)
 
@@ -164,6 +174,25 @@ def _status_lines(report: DeploymentStatus) -> list[str]:
     if report.aliases_error:
         lines.append(f"aliases not checked: {report.aliases_error}")
     return lines
+
+
+def _log_lag(settings: Settings) -> tuple[list[Any], str | None]:
+    """With the log on Kafka: per-partition lag, and a line saying what the figures lack."""
+    from mlpipe import warehouse
+    from mlpipe.errors import StoreUnavailable
+
+    if settings.predlog.sink != "kafka":
+        return [], None
+    try:
+        lag = warehouse.topic_lag(settings)
+    except StoreUnavailable as exc:
+        return [], f"prediction log lag unknown: {exc}"
+    behind = sum(p.lag for p in lag)
+    line = (
+        f"prediction log: Kafka topic {settings.predlog.kafka_topic!r} holds {behind} "
+        "record(s) not yet in the warehouse (not in the figures above)"
+    )
+    return lag, line
 
 
 def _figures(settings: Settings, name: str, window: str) -> tuple[list[Any], str | None]:

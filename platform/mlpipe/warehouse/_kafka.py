@@ -68,14 +68,13 @@ class PartitionLag:
     loaded: int  # next offset to load (0 before the first record was loaded)
     start: int  # the partition's low watermark: its oldest record still kept
     end: int  # the partition's high watermark: the offset its next record will take
+    lag: int  # records kept in the topic and not yet loaded
+    expired: int
 
-    @property
-    def lag(self) -> int:
-        return max(0, self.end - max(self.loaded, self.start))
-
-    @property
-    def expired(self) -> int:
-        return max(0, min(self.start, self.end) - self.loaded)
+    @classmethod
+    def of(cls, topic: str, partition: int, loaded: int, start: int, end: int) -> PartitionLag:
+        lag = max(0, end - max(loaded, start))
+        return cls(topic, partition, loaded, start, end, lag, max(0, min(start, end) - loaded))
 
 
 def consumer_config(settings: Settings) -> dict[str, Any]:
@@ -181,15 +180,18 @@ def _refusal(record: PredictionRecord, headers: Sequence[tuple[str, bytes | None
     return None
 
 
-def _insert_rows(conn: Connection, decoded: _Decoded, on_duckdb: bool) -> int:
-    """Insert the batch's records (keys already loaded are kept out); returns rows added."""
-    from mlpipe.warehouse._sync import _insert_duckdb, _insert_generic
+def _insert_rows(conn: Connection, decoded: _Decoded, on_duckdb: bool) -> tuple[int, int]:
+    """Insert the batch's records (keys already loaded are kept out): (rows added, rows
+    left out because another request had used their request id)."""
+    from mlpipe.warehouse._sync import _insert_duckdb, _insert_generic, _reused_ids
 
     if not decoded.records:
-        return 0
+        return 0, 0
     now = datetime.now(UTC).replace(tzinfo=None)
     table = _to_arrow(decoded.records, decoded.segments, now)
-    return (_insert_duckdb if on_duckdb else _insert_generic)(conn, table)
+    loaded = (_insert_duckdb if on_duckdb else _insert_generic)(conn, table)
+    reused = _reused_ids(conn, table) if loaded < table.num_rows else 0
+    return loaded, reused
 
 
 def _quarantine(conn: Connection, decoded: _Decoded) -> None:
@@ -340,7 +342,7 @@ class TopicReader:
         decoded = _decode(messages, self.topic, self.positions)
         try:
             with self._connect() as conn, conn.begin():
-                loaded = _insert_rows(conn, decoded, self.on_duckdb)
+                loaded, reused = _insert_rows(conn, decoded, self.on_duckdb)
                 _quarantine(conn, decoded)
                 _advance(conn, self.topic, decoded.moves)
         except PositionMoved:
@@ -351,6 +353,7 @@ class TopicReader:
                 self.positions[partition] = new
         result.rows_read += len(decoded.records)
         result.rows_loaded += loaded
+        result.reused_ids += reused
         result.skipped.extend(line for line, _ in decoded.quarantine)
         result.quarantined += len(decoded.quarantine)
         result.kafka_records += len(messages)
@@ -449,5 +452,6 @@ def topic_lag(settings: Settings) -> list[PartitionLag]:
     with _engine.read(settings) as conn:
         stored = stored_positions(conn, topic)
     return [
-        PartitionLag(topic, p, stored.get(p, 0), low, high) for p, (low, high) in bounds.items()
+        PartitionLag.of(topic, p, stored.get(p, 0), low, high)
+        for p, (low, high) in bounds.items()
     ]
