@@ -53,6 +53,9 @@ def drift(
     arm: str | None = typer.Option(
         None, "--arm", help="champion, canary or shadow (default: each)."
     ),
+    version: str | None = typer.Option(
+        None, "--version", help="Report this version only (default: each version served)."
+    ),
     reference: str = typer.Option(
         "training", "--reference", help="training | window:7d | window:ISO..ISO"
     ),
@@ -79,6 +82,7 @@ def drift(
         notify=console.status,
         history=feed,
         false_alarm_rate=false_alarm_rate,
+        version=version,
     )
     data = result.to_dict()
     if as_json:

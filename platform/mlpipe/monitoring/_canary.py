@@ -246,6 +246,17 @@ def _arms(rows: pd.DataFrame, version: str | None) -> tuple[_Arm, _Arm]:
     return _Arm.of(champion, champion_version), _Arm.of(canary, canary_version)
 
 
+def left_out(rows: pd.DataFrame, arms: dict[str, str | None]) -> list[str]:
+    """Per arm, how many of its rows in the window other versions than ``arms[arm]`` served."""
+    notes = []
+    for arm, version in arms.items():
+        on_arm = rows["arm"] == arm
+        other = int((on_arm & (rows["version"].astype(str) != str(version))).sum())
+        if other:
+            notes.append(f"{other} {arm} row(s) of other versions left out (v{version} only)")
+    return notes
+
+
 def analyze(
     settings: Settings,
     model: str,
@@ -281,6 +292,8 @@ def analyze(
         champion.requests, canary.requests, checks, paired=pairing is not None,
         notes=[why] if why else [], task=task.describe(),
     )  # fmt: skip
+    versions = {"champion": champion.version, "canary": canary.version}
+    result.notes += left_out(logged.rows, versions)
     publish_versus_champion(
         settings, "canary", current, model, result.canary_version, result, notify
     )

@@ -279,6 +279,7 @@ def _arm_result(
     ref: _RefData,
     out_dir: Path,
     rate: float,
+    name: str | None = None,
 ) -> ArmDrift:
     min_rows = settings.monitor.drift_min_rows
     result = ArmDrift(
@@ -303,7 +304,7 @@ def _arm_result(
         _add_rate_test(result, win, ref.positive_rate, len(ref.frame), plan)
     result.quality = _judge_quality(settings, model, result, win)
     result.verdict = _arm_verdict(result, share)
-    _save_reports(result, snapshot, out_dir)
+    _save_reports(result, snapshot, out_dir, name or arm)
     return result
 
 
@@ -459,17 +460,18 @@ def _arm_verdict(result: ArmDrift, threshold: float) -> DriftOutcome:
     return "no_data"
 
 
-def _save_reports(result: ArmDrift, snapshot: Any, out_dir: Path) -> None:
-    """Evidently's HTML + JSON of the arm (and of its quality, where labels arrived)."""
+def _save_reports(result: ArmDrift, snapshot: Any, out_dir: Path, name: str) -> None:
+    """Evidently's HTML + JSON of the arm's version, as ``name`` (and of its quality, where
+    labels arrived)."""
     if snapshot is not None:
-        html, js = out_dir / f"{result.arm}.html", out_dir / f"{result.arm}.json"
+        html, js = out_dir / f"{name}.html", out_dir / f"{name}.json"
         write_evidently_html(snapshot, html)
         snapshot.save_json(str(js))
         result.html, result.json = str(html), str(js)
     quality_snapshot = (result.quality or {}).pop("_snapshot", None)
     if quality_snapshot is not None:
-        write_evidently_html(quality_snapshot, out_dir / f"{result.arm}-quality.html")
-        quality_snapshot.save_json(str(out_dir / f"{result.arm}-quality.json"))
+        write_evidently_html(quality_snapshot, out_dir / f"{name}-quality.html")
+        quality_snapshot.save_json(str(out_dir / f"{name}-quality.json"))
 
 
 @dataclass(frozen=True, eq=False)
@@ -508,14 +510,13 @@ def _arm_drift(
     settings: Settings,
     model: str,
     logged: warehouse.PredictionWindow,
-    arm: str,
-    whole: bool,
+    group: _Group,
     reference: _Reference,
     out_dir: Path,
     rate: float,
 ) -> ArmDrift:
-    """One arm of the window against its reference; ``whole``: the window holds this arm only."""
-    mask = (logged.rows["arm"] == arm).to_numpy()
+    """One version on one arm of the window against its reference."""
+    mask = group.mask
     entities = None
     if logged.entities is not None and "entity_key" in logged.entities:
         entities = logged.entities["entity_key"][mask].reset_index(drop=True)
@@ -523,13 +524,15 @@ def _arm_drift(
         logged.rows[mask].reset_index(drop=True),
         logged.features[mask].reset_index(drop=True),
         entities,
-        logged.total if whole else int(round(logged.total * mask.mean())),
+        logged.total if mask.all() else int(round(logged.total * mask.mean())),
         logged.sampled,
     )
-    version = win.version if len(win.rows) else None
+    version = group.version if mask.any() else None
     win.spec = version_task(settings, model, version)
     ref = reference.for_version(settings, model, version, win.spec)
-    result = _arm_result(settings, model, arm, win, ref, out_dir, rate)
+    result = _arm_result(settings, model, group.arm, win, ref, out_dir, rate, group.name)
+    result.version = group.version or result.version
+    result.notes.extend(group.notes)
     if logged.sampled:
         result.notes.append(
             f"window sampled in the warehouse: {len(win.rows)} of ~{win.total} rows"
@@ -537,6 +540,52 @@ def _arm_drift(
     if len(ref.frame) == 0 and len(win.rows):
         result.notes.append("the reference is empty: nothing to compare against")
     return result
+
+
+@dataclass(frozen=True, eq=False)
+class _Group:
+    """The rows of one version on one arm (``mask`` over the window), and its report's name."""
+
+    arm: str
+    version: str | None
+    mask: np.ndarray
+    name: str
+    notes: tuple[str, ...] = ()
+
+
+def _newest_first(rows: pd.DataFrame) -> list[str]:
+    """The versions among ``rows``, the one that served last first."""
+    last = rows.groupby(rows["version"].astype(str))["ts"].max()
+    return [str(v) for v in last.sort_values(ascending=False, kind="stable").index]
+
+
+def _version_groups(
+    rows: pd.DataFrame, arms: list[str], version: str | None = None
+) -> list[_Group]:
+    """One group per (arm, served version) in the window: a figure never pools two versions.
+
+    ``version`` keeps that version only, with a note per arm of the rows left out.
+    An arm that served two versions gets one group (and one report file) per version.
+    """
+    import numpy as np
+
+    groups: list[_Group] = []
+    for arm in arms:
+        on_arm = (rows["arm"] == arm).to_numpy()
+        versions = _newest_first(rows[on_arm]) if on_arm.any() else []
+        notes: tuple[str, ...] = ()
+        if version is not None:
+            other = int((on_arm & (rows["version"].astype(str) != version).to_numpy()).sum())
+            if other:
+                notes = (f"{other} row(s) of other versions on the {arm} arm left out",)
+            versions = [version] if version in versions else []
+        if not versions:
+            groups.append(_Group(arm, version, np.zeros(len(rows), bool), arm, notes))
+        for v in versions:
+            mask = on_arm & (rows["version"].astype(str) == v).to_numpy()
+            name = arm if len(versions) == 1 else f"{arm}-v{v}"
+            groups.append(_Group(arm, v, mask, name, notes))
+    return groups
 
 
 def _check_arguments(arm: str | None, false_alarm_rate: float) -> None:
@@ -558,6 +607,7 @@ def drift(
     notify: warehouse.Notify | None = None,
     history: warehouse.HistorySource | None = None,
     false_alarm_rate: float = FALSE_ALARM_RATE,
+    version: str | None = None,
 ) -> DriftVerdict:
     """Drift of ``model``'s traffic in the window ending at ``end`` (default now, naive UTC).
 
@@ -569,7 +619,9 @@ def drift(
     :mod:`._calibration`). ``history`` is what the sync first mirrors into the
     warehouse (see :func:`mlpipe.warehouse.sync`). Writes the reports and their
     index rows; returns the verdict (``exit_code`` 0 ok / insufficient / no
-    data, 1 drift or quality). Raises :class:`InvalidInput` for a bad
+    data, 1 drift or quality). Each version an arm served in the window is
+    reported on its own (``version`` keeps one, noting the rows left out).
+    Raises :class:`InvalidInput` for a bad
     window/reference/arm/rate and :class:`NotFound` for a model the warehouse
     has never seen.
     """
@@ -593,10 +645,9 @@ def drift(
     report = new_report(settings, "drift", model)
     against = _Reference(spec, reference_frame, sample_rows)
     names = [arm] if arm else sorted(set(logged.rows["arm"])) or ["champion"]
-    whole = arm is not None or len(names) == 1
     arms = [
-        _arm_drift(settings, model, logged, n, whole, against, report.folder, false_alarm_rate)
-        for n in names
+        _arm_drift(settings, model, logged, group, against, report.folder, false_alarm_rate)
+        for group in _version_groups(logged.rows, names, version)
     ]
     verdicts = {a.verdict for a in arms}
     overall = next(v for v in _PRECEDENCE if v in verdicts or v == "no_data")
