@@ -40,6 +40,16 @@ class Conflict(MlpipeError):
     http_status = 409
 
 
+class RolloutHeld(Conflict):
+    """A running (or abandoned) rollout holds the model: the change was refused, nothing changed.
+
+    The caller's mistake rather than a race lost, so the CLI exits 2; the message
+    names the rollout and the way to end it.
+    """
+
+    exit_code = 2
+
+
 class CheckFailed(MlpipeError):
     """A check ran and said no (drift found, canary analysis failed)."""
 
@@ -76,6 +86,7 @@ __all__ = [
     "InvalidInput",
     "MlpipeError",
     "NotFound",
+    "RolloutHeld",
     "StoreBusy",
     "StoreUnavailable",
 ]

@@ -29,9 +29,10 @@ PER_ARM = 250  # above canary_min_requests (200) and canary_min_labels (100)
 class Traffic:
     """One interval of traffic per call: champion right 95 % of the time, canary ``accuracy``."""
 
-    def __init__(self, settings, canary_accuracy: float) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, settings, canary_accuracy: float, canary_version: str = "2") -> None:  # type: ignore[no-untyped-def]
         self.settings = settings
         self.canary_accuracy = canary_accuracy
+        self.canary_version = canary_version
         self.batches = 0
 
     def __call__(self, _seconds: float) -> None:
@@ -43,7 +44,7 @@ class Traffic:
         records, outcomes = [], []
         for arm, version, accuracy in (
             ("champion", "1", 0.95),
-            ("canary", "2", self.canary_accuracy),
+            ("canary", self.canary_version, self.canary_accuracy),
         ):
             wrong = rng.uniform(0, 1, PER_ARM) > accuracy
             for i in range(PER_ARM):
@@ -230,3 +231,37 @@ def test_promote_after_a_failed_rollout_is_refused(champion_v1) -> None:  # type
     deployments.deploy(settings, "fraud", "2", canary=5)
     with pytest.raises(CheckFailed, match="latest canary analysis of fraud version 2 is fail"):
         deployments.promote(settings, "fraud")
+
+
+def test_a_canary_changed_under_the_rollout_is_never_promoted(champion_v1) -> None:  # type: ignore[no-untyped-def]
+    """A deploy of v3 that raced the lease (checked before the rollout took it, committed
+    during its interval) made the rollout analyse v3 and promote it; now it stops."""
+    from dataclasses import replace
+
+    from mlpipe import registry
+    from tests.conftest import train_toy_model
+
+    settings = champion_v1
+    model_path, data_path = train_toy_model(settings.home / "inputs", seed=3)
+    registry.register(settings, "fraud", dataset=data_path, model_path=model_path)
+    traffic = Traffic(settings, canary_accuracy=0.95, canary_version="3")
+
+    def other_operator_then_traffic(seconds: float) -> None:
+        if traffic.batches == 0:
+            plane = deployments.control_plane(settings)
+            record = deployments.status(settings, "fraud")
+            _, nxt = deployments.plan_deploy(record, "fraud", "3", canary=50)
+            plane.commit(
+                replace(nxt, actor="other"), read_generation=record.generation, action="canary"
+            )
+        traffic(seconds)
+
+    changed = r"changed under the rollout of v2 \(generation 3: v3 at 50%"
+    with pytest.raises(Conflict, match=changed):
+        deployments.rollout(
+            settings, "fraud", [5, 100], version="2", sleep=other_operator_then_traffic
+        )
+    record = deployments.status(settings, "fraud")
+    assert (record.champion, record.canary, record.canary_weight) == ("1", "3", 50.0)
+    assert [a for a, *_ in _actions(settings)] == ["deploy", "canary", "canary"]
+    assert deployments.rollout_state(settings, "fraud") is None

@@ -120,7 +120,7 @@ def test_sigkill_leaves_an_abandoned_rollout_that_promote_refuses(registered_hom
     assert way_out in status.stderr
     before = deployments.status(settings, "fraud")
     refused = run_cli("promote", "fraud", "--force", cwd=registered_home)
-    assert refused.returncode == 1 and refused.stdout == ""
+    assert refused.returncode == 2 and refused.stdout == ""
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith("error: the rollout of fraud v2 at 5% abandoned") and way_out in line
     assert deployments.status(settings, "fraud") == before
@@ -128,4 +128,48 @@ def test_sigkill_leaves_an_abandoned_rollout_that_promote_refuses(registered_hom
     assert rolled.returncode == 0, rolled.stderr
     record = deployments.status(settings, "fraud")
     assert (record.champion, record.canary) == ("1", None)
+    assert deployments.rollout_state(settings, "fraud") is None
+
+
+def _one_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    return line
+
+
+def test_deploy_during_a_running_rollout_is_refused_unless_forced(registered_home: Path) -> None:
+    settings = load_settings()
+    proc = _start_rollout(registered_home)
+    try:
+        before = deployments.status(settings, "fraud")
+        for argv in (("--canary", "50"), ()):
+            refused = run_cli("deploy", "fraud", "--version", "2", *argv, cwd=registered_home)
+            assert refused.returncode == 2, refused.stderr
+            line = _one_line(refused)
+            assert line.startswith("error: a rollout of fraud v2 at 5% running (pid "), line
+            assert "stop it with `mlpipe rollback fraud`" in line and "--force" in line
+            assert deployments.status(settings, "fraud") == before
+        forced = run_cli(
+            "deploy", "fraud", "--version", "2", "--canary", "50", "--force", cwd=registered_home
+        )
+        assert forced.returncode == 0, forced.stderr
+        assert deployments.rollout_state(settings, "fraud") is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _stopped(proc)
+    record = deployments.status(settings, "fraud")  # the stopped rollout left the takeover alone
+    assert (record.champion, record.canary, record.canary_weight) == ("1", "2", 50.0)
+    assert record.generation == before.generation + 1
+
+
+def test_deploy_over_an_abandoned_rollout_ends_it(registered_home: Path) -> None:
+    settings = load_settings()
+    proc = _start_rollout(registered_home)
+    proc.kill()
+    proc.communicate(timeout=60)
+    deployed = run_cli("deploy", "fraud", "--version", "2", "--canary", "50", cwd=registered_home)
+    assert deployed.returncode == 0, deployed.stderr
+    status = run_cli("status", "fraud", cwd=registered_home)
+    assert status.returncode == 0, status.stderr
+    assert "rollout of fraud" not in status.stderr and "2 (50%)" in status.stdout
     assert deployments.rollout_state(settings, "fraud") is None

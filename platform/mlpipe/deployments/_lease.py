@@ -26,7 +26,7 @@ from typing import Literal
 from mlpipe.config import Settings
 from mlpipe.deployments._plane import control_plane
 from mlpipe.deployments._record import RolloutLease
-from mlpipe.errors import Conflict, InvalidInput
+from mlpipe.errors import Conflict, InvalidInput, RolloutHeld
 
 LEASE_TTL_S = 60.0  # a rollout unheard of this long is abandoned
 HEARTBEAT_S = 10.0
@@ -75,24 +75,43 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def refusal(found: RolloutState) -> Conflict:
+def refusal(found: RolloutState) -> RolloutHeld:
     """The one-line refusal while another rollout holds the model, naming the way out."""
     model = found.lease.model
     if found.state == "running":
-        return Conflict(
+        return RolloutHeld(
             f"a {found.describe()}; wait for it, or end it with `mlpipe rollback {model}`"
         )
-    return Conflict(
+    return RolloutHeld(
         f"the {found.describe()}: its canary was never fully analysed; "
         f"end it with `mlpipe rollout {model} --resume` or `mlpipe rollback {model}`"
     )
 
 
 def require_no_rollout(settings: Settings, model: str, owner: str | None = None) -> None:
-    """Raise :class:`Conflict` while a rollout other than ``owner``'s holds ``model``."""
+    """Raise :class:`RolloutHeld` while a rollout other than ``owner``'s holds ``model``."""
     found = rollout_state(settings, model)
     if found is not None and found.lease.owner != owner:
         raise refusal(found)
+
+
+def require_no_running_rollout(
+    settings: Settings, model: str, owner: str | None = None
+) -> RolloutState | None:
+    """Raise :class:`RolloutHeld` while a *running* rollout other than ``owner``'s holds ``model``.
+
+    Returns an abandoned rollout's state (its lease is the caller's to end), else None.
+    """
+    found = rollout_state(settings, model)
+    if found is None or found.lease.owner == owner:
+        return None
+    if found.state == "running":
+        raise RolloutHeld(
+            f"a {found.describe()}; nothing changed. Wait for it, stop it with "
+            f"`mlpipe rollback {model}` (or SIGINT to pid {found.lease.pid}), "
+            "or take over with --force"
+        )
+    return found
 
 
 class LeaseHold:
@@ -102,6 +121,7 @@ class LeaseHold:
         self.settings = settings
         self.lease = lease
         self.weight = lease.weight
+        self.generation: int | None = None  # of the record as this rollout last committed it
         self.lost = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="mlpipe-lease", daemon=True)

@@ -12,7 +12,12 @@ from dataclasses import dataclass, replace
 
 from mlpipe import monitoring, registry
 from mlpipe.config import Settings
-from mlpipe.deployments._lease import RolloutState, require_no_rollout, rollout_state
+from mlpipe.deployments._lease import (
+    RolloutState,
+    require_no_rollout,
+    require_no_running_rollout,
+    rollout_state,
+)
 from mlpipe.deployments._mirror import AliasDrift, heal_aliases, mirror_latest
 from mlpipe.deployments._plane import control_plane
 from mlpipe.deployments._record import (
@@ -83,16 +88,31 @@ def deploy(
     shadow: float | None = None,
     reason: str | None = None,
     expected_generation: int | None = None,
+    force: bool = False,
+    rollout_owner: str | None = None,
 ) -> Deployment:
     """Make ``version`` the champion, or run it as a canary / shadow.
 
+    While a rollout of ``model`` runs in another process it is refused with
+    RolloutHeld (nothing changed) unless ``force``: then the deploy takes over,
+    the rollout's lease is deleted and the rollout stops at its next step. An
+    abandoned rollout's lease is ended by the deploy (so ``status`` shows no
+    stale rollout). The rollout holding the lease passes its ``rollout_owner``.
     Raises NotFound (model or version unknown), InvalidInput (bad percentages or
     state), Conflict (a concurrent change won).
     """
     registry.require_version(settings, model, version)
     record = _read(settings, model, expected_generation, allow_missing=True)
     action, nxt = plan_deploy(record, model, version, canary=canary, shadow=shadow)
-    return _commit(settings, nxt, record, action, reason)
+    if force:
+        found = rollout_state(settings, model)
+        superseded = found if found and found.lease.owner != rollout_owner else None
+    else:
+        superseded = require_no_running_rollout(settings, model, owner=rollout_owner)
+    stored = _commit(settings, nxt, record, action, reason)
+    if superseded is not None:
+        control_plane(settings).drop_lease(model, superseded.lease.owner)
+    return stored
 
 
 def promote(

@@ -19,7 +19,7 @@ from mlpipe.config import Settings
 from mlpipe.deployments._feed import history_feed
 from mlpipe.deployments._lease import LeaseHold, hold_lease, signals_as_interrupt
 from mlpipe.deployments._operations import current, deploy, promote, rollback, status
-from mlpipe.errors import InvalidInput, NotFound
+from mlpipe.errors import Conflict, InvalidInput, NotFound
 from mlpipe.windows import parse_duration
 
 StepVerdict = Literal["pass", "fail", "insufficient", "promoted"]
@@ -101,7 +101,8 @@ def rollout(
             )
         except BaseException as exc:
             # Never leave a half-analysed canary taking traffic: take it out, then report.
-            _drop_canary(settings, model, hold.lease.version, f"aborted ({exc!r:.200})")
+            why = f"aborted ({exc!r:.200})"
+            _drop_canary(settings, model, hold.lease.version, why, hold.generation)
             raise
 
 
@@ -125,15 +126,30 @@ def _walk(
     for weight in steps:
         hold.renew(weight)
         if weight >= 100:
-            promote(settings, model, reason="rollout: all steps passed", rollout_owner=hold.owner)
+            promote(
+                settings,
+                model,
+                reason="rollout: all steps passed",
+                rollout_owner=hold.owner,
+                expected_generation=_own_canary(settings, model, version, hold),
+            )
             result.outcome = "promoted"
             _record(result, RolloutStep(weight, "promoted", 0), None, on_step)
             return result
-        deploy(settings, model, version, canary=weight, reason=f"rollout step {weight:g}%")
+        stored = deploy(
+            settings,
+            model,
+            version,
+            canary=weight,
+            reason=f"rollout step {weight:g}%",
+            rollout_owner=hold.owner,
+        )
+        hold.generation = stored.generation
         verdict, attempt, analysis = _analyse_step(
             settings, model, pace.interval, pace.wait, pace.max_waits, pace.sleep
         )
         hold.renew()
+        _own_canary(settings, model, version, hold)
         detail = analysis.report_path if analysis and analysis.report_path else ""
         step = RolloutStep(weight, verdict, attempt, detail or "no logged predictions yet")
         _record(result, step, analysis, on_step)
@@ -156,10 +172,37 @@ def _remaining(settings: Settings, model: str, hold: LeaseHold, steps: list[floa
     return [w for w in steps if w >= record.canary_weight] or [max(steps)]
 
 
-def _drop_canary(settings: Settings, model: str, version: str, why: str) -> None:
-    """Roll the canary back if it is still ``version`` (another command may have moved it)."""
+def _own_canary(settings: Settings, model: str, version: str, hold: LeaseHold) -> int:
+    """The record's generation while its canary is still this rollout's; else raise Conflict.
+
+    Another command (a deploy that raced the lease, or one with ``--force``) may
+    have changed the canary during an interval: the analysis then read another
+    version's traffic, so the rollout stops there and never promotes it.
+    """
+    record = status(settings, model)
+    moved = hold.generation is not None and record.generation != hold.generation
+    if record.canary != version or moved:
+        now = f"v{record.canary} at {record.canary_weight:g}%" if record.canary else "no canary"
+        raise Conflict(
+            f"the deployment of {model} changed under the rollout of v{version} "
+            f"(generation {record.generation}: {now}, by {record.actor}); "
+            "the rollout stops without promoting and leaves that deployment as it is"
+        )
+    return record.generation
+
+
+def _drop_canary(
+    settings: Settings, model: str, version: str, why: str, generation: int | None = None
+) -> None:
+    """Roll the canary back if it is still ``version`` (another command may have moved it).
+
+    Once the rollout has committed a step (``generation``), only the record as it
+    left it: a change another command made since is that command's to undo.
+    """
     record = current(settings, model)
-    if record is not None and record.canary == version:
+    if record is None or generation not in (None, record.generation):
+        return
+    if record.canary == version:
         weight = f"{record.canary_weight:g}%"
         rollback(settings, model, reason=f"rollout step {weight}: {why}")
 
