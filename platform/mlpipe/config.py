@@ -13,6 +13,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -263,12 +264,50 @@ def _nearest_project(start: Path) -> Path | None:
     return None
 
 
+class UntrustedProject(ConfigError):
+    """A discovered ``mlpipe.toml`` (or its directory) another user owns or can write."""
+
+
+SAFE_DIRECTORIES_ENV = "MLPIPE_SAFE_DIRECTORIES"
+
+
+def _require_trusted(directory: Path) -> None:
+    """Refuse a discovered project another user could have planted or can change.
+
+    As git's ``safe.directory``: the directory and its ``mlpipe.toml`` must be owned
+    by the current user and not writable by group or others, unless the directory
+    is listed in ``MLPIPE_SAFE_DIRECTORIES`` (``os.pathsep``-separated, ``*`` for any).
+    Only the walk-up is checked: ``MLPIPE_HOME`` and ``MLPIPE_CONFIG`` name a
+    project explicitly and are trusted.
+    """
+    if not hasattr(os, "geteuid"):  # no POSIX ownership to check
+        return
+    safe = [e for e in os.environ.get(SAFE_DIRECTORIES_ENV, "").split(os.pathsep) if e]
+    if "*" in safe or any(Path(e).expanduser().resolve() == directory for e in safe):
+        return
+    me = os.geteuid()
+    for path in (directory / CONFIG_FILE, directory):
+        info = path.stat()
+        if info.st_uid != me:
+            problem = f"is owned by uid {info.st_uid}, not by you (uid {me})"
+        elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            problem = f"is writable by {'others' if info.st_mode & stat.S_IWOTH else 'its group'}"
+        else:
+            continue
+        raise UntrustedProject(
+            f"refusing the project found at {directory / CONFIG_FILE}: {path} {problem}; "
+            f"if you trust it, set {SAFE_DIRECTORIES_ENV}={directory} or MLPIPE_HOME={directory}"
+        )
+
+
 def find_project(start: Path | None = None) -> Path:
     """The project home: ``MLPIPE_HOME`` when set, else the nearest directory at or above
     ``start`` (default: the working directory) holding ``mlpipe.toml``, as git finds ``.git``.
 
     With only ``MLPIPE_CONFIG`` set, a directory without ``mlpipe.toml`` (the working
-    directory) is the home. Raises :class:`ConfigError` when there is no project.
+    directory) is the home. Raises :class:`ConfigError` when there is no project, and
+    :class:`UntrustedProject` when the one found is another user's or writable by
+    others (see :func:`_require_trusted`).
     """
     explicit = os.environ.get("MLPIPE_HOME")
     if explicit:
@@ -276,6 +315,7 @@ def find_project(start: Path | None = None) -> Path:
     here = (start or Path.cwd()).resolve()
     found = _nearest_project(here)
     if found is not None:
+        _require_trusted(found)
         return found
     if os.environ.get("MLPIPE_CONFIG"):
         return here
@@ -288,6 +328,8 @@ def project_or_cwd() -> Path:
     """The project's home, or the working directory outside any project (library use, init)."""
     try:
         return find_project()
+    except UntrustedProject:
+        raise
     except ConfigError:
         return Path.cwd()
 

@@ -150,3 +150,58 @@ def test_a_profile_that_is_not_a_table_is_named(home: Path) -> None:
     (home / "mlpipe.toml").write_text("[profile]\nprod = 3\n")
     with pytest.raises(ConfigError, match=r"'profile' must be a table of \[profile.NAME\] tables"):
         load_settings()
+
+
+def _hostile_parent(nowhere: Path) -> Path:
+    """``nowhere`` holds an ``mlpipe.toml`` that moves the stores; the work is in a subdirectory."""
+    (nowhere / "mlpipe.toml").write_text('state_dir = "/tmp/attacker"\n')
+    work = nowhere / "work"
+    work.mkdir()
+    os.chdir(work)
+    return work
+
+
+@pytest.mark.parametrize("how", ["file owned by another user", "directory owned by another user"])
+def test_a_project_another_user_owns_is_refused(nowhere: Path, how: str) -> None:
+    work = _hostile_parent(nowhere)
+    target = nowhere / "mlpipe.toml" if how.startswith("file") else nowhere
+    os.chown(target, 65534, 65534)
+    with pytest.raises(ConfigError) as err:
+        find_project()
+    assert str(err.value) == (
+        f"refusing the project found at {nowhere.resolve()}/mlpipe.toml: "
+        f"{target.resolve()} is owned by uid 65534, not by you (uid {os.geteuid()}); "
+        f"if you trust it, set MLPIPE_SAFE_DIRECTORIES={nowhere.resolve()} "
+        f"or MLPIPE_HOME={nowhere.resolve()}"
+    )
+    with pytest.raises(ConfigError, match="refusing the project"):
+        load_settings()  # the library's own discovery refuses it too
+    assert list(work.iterdir()) == []
+
+
+def test_a_project_others_can_write_is_refused_until_trusted(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _hostile_parent(nowhere)
+    config = nowhere / "mlpipe.toml"
+    config.chmod(config.stat().st_mode | 0o002)
+    with pytest.raises(ConfigError, match=r"mlpipe.toml is writable by others; if you trust it"):
+        find_project()
+    monkeypatch.setenv("MLPIPE_SAFE_DIRECTORIES", f"/elsewhere{os.pathsep}{nowhere}")
+    assert find_project() == nowhere.resolve()
+
+
+def test_the_cli_refuses_a_hostile_parent_in_one_line(nowhere: Path) -> None:
+    from tests.conftest import run_cli
+
+    work = _hostile_parent(nowhere)
+    os.chown(nowhere / "mlpipe.toml", 65534, 65534)
+    result = run_cli("status", "fraud", cwd=work)
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: refusing the project found at {nowhere.resolve()}/mlpipe.toml")
+    assert list(work.iterdir()) == [] and not Path("/tmp/attacker").exists()
+    trusted = run_cli(
+        "status", "fraud", cwd=work, env={"MLPIPE_HOME": str(nowhere), "MLPIPE_STATE_DIR": ".s"}
+    )
+    assert "refusing" not in trusted.stderr
