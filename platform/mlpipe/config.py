@@ -81,6 +81,12 @@ class PredlogSettings(_Section):
     # A failed log write (disk full): refuse the batch with 503 (closed), or answer and
     # count the lost rows (open). Either way it is logged and in /metrics.
     on_write_error: Literal["fail_closed", "fail_open"] = "fail_closed"
+    # A closed segment the warehouse loaded whole is deleted (moved to archive_dir when set)
+    # this many hours after it was loaded; 0: by the next sync (docs/data-lifecycle.md)
+    keep_loaded_hours: float = Field(24.0, ge=0)
+    archive_dir: Path | None = None
+    # `doctor` fails the prediction log's check under this share of free space on its disk
+    min_free_percent: float = Field(10.0, ge=0, le=100)
 
 
 class MonitorSettings(_Section):

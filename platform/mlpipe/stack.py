@@ -176,7 +176,37 @@ def _predlog_check(settings: Settings) -> tuple[str, str, Callable[[], str]]:
     if p.sink == "kafka":
         where = f"kafka://{p.kafka_bootstrap}/{p.kafka_topic}"
         return ("prediction log", where, lambda: _check_kafka_log(settings))
-    return ("prediction log", str(settings.predlog_path), lambda: _check_dir(settings.predlog_path))
+    return ("prediction log", str(settings.predlog_path), lambda: _check_log_dir(settings))
+
+
+def _check_log_dir(settings: Settings) -> str:
+    """Writable; its disk use, the oldest segment not yet loaded; fails on a nearly full disk."""
+    writable = _check_dir(settings.predlog_path)
+    db = _local_file(settings.warehouse)
+    usage = warehouse.log_usage(settings, warehouse=db is None or db.exists())
+    oldest = (
+        "every segment loaded"
+        if usage.oldest_unloaded_s is None
+        else f"{usage.unloaded} not loaded, oldest {_age(usage.oldest_unloaded_s)}"
+    )
+    detail = (
+        f"{writable}; {usage.segments} segment(s), {usage.bytes / 1e6:.1f} MB ({oldest}); "
+        f"{usage.free_percent:.1f}% of its disk free"
+    )
+    if usage.free_percent < settings.predlog.min_free_percent:
+        raise MlpipeError(
+            f"{detail}: under predlog.min_free_percent ({settings.predlog.min_free_percent:g}%); "
+            "sync the warehouse, or lower predlog.keep_loaded_hours (docs/data-lifecycle.md)"
+        )
+    return detail
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
 
 
 def _check_kafka_log(settings: Settings) -> str:

@@ -18,6 +18,7 @@ from mlpipe.warehouse._read import (
     prediction_window,
     query,
 )
+from mlpipe.warehouse._release import LogUsage, log_usage
 from mlpipe.warehouse._reports import ReportEntry, list_reports, record_reports
 from mlpipe.warehouse._schema import metadata
 from mlpipe.warehouse._segments import SkippedLine, parse_segment
@@ -28,6 +29,7 @@ __all__ = [
     "ArmFigures",
     "DeploymentChange",
     "HistorySource",
+    "LogUsage",
     "Notify",
     "OutcomesResult",
     "PartitionLag",
@@ -40,6 +42,7 @@ __all__ = [
     "follow",
     "list_reports",
     "load_outcomes",
+    "log_usage",
     "metadata",
     "models_in_warehouse",
     "parse_segment",

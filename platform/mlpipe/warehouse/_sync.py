@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from mlpipe.warehouse import _engine, _mirror, _schema
+from mlpipe.warehouse import _engine, _lifecycle, _mirror, _schema
 from mlpipe.warehouse._kafka import PartitionLag, load_topic
 from mlpipe.warehouse._segments import (
     COLUMNS,
@@ -68,6 +68,9 @@ class SyncResult:
     # rows not loaded because their key was taken by another request (another ``ts``): the
     # first row loaded keeps the key. Part of ``duplicates``, which also counts replays.
     reused_ids: int = 0
+    # closed segments loaded whole, deleted or archived (predlog.keep_loaded_hours), and bytes
+    segments_released: int = 0
+    bytes_released: int = 0
     seconds: float = 0.0
 
     @property
@@ -393,6 +396,7 @@ def sync(
             result.rows_total = conn.execute(
                 sa.select(sa.func.count()).select_from(_schema.predictions)
             ).scalar_one()
+        _lifecycle.after_sync(conn, settings, now, result)
     if settings.predlog.sink == "kafka":
         load_topic(settings, result, notify)
         with _engine.read(settings, notify) as conn:
