@@ -1,4 +1,7 @@
-"""``mlpipe tenants add | list | pin | revoke``: who may call the scoring service."""
+"""``mlpipe tenants add | list | pin | revoke``: who may call the scoring service.
+
+``export | purge | audit`` (a tenant's logged data) are in :mod:`.tenant_data`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ tenants_app = typer.Typer(help="API keys and rate limits of the tenants of the s
 
 
 def register(app: typer.Typer) -> None:
+    from mlpipe_cli.commands import tenant_data
+
+    tenant_data.register(tenants_app)
     app.add_typer(tenants_app, name="tenants")
 
 

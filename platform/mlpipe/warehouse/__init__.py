@@ -23,22 +23,34 @@ from mlpipe.warehouse._reports import ReportEntry, list_reports, record_reports
 from mlpipe.warehouse._schema import metadata
 from mlpipe.warehouse._segments import SkippedLine, parse_segment
 from mlpipe.warehouse._sync import SyncResult, sync
+from mlpipe.warehouse._tenant_data import (
+    AuditEntry,
+    ExportResult,
+    PurgeResult,
+    export_tenant,
+    purge_tenant,
+    tenant_audit,
+)
 
 __all__ = [
     "ACCEPTED_COLUMNS",
     "ArmFigures",
+    "AuditEntry",
     "DeploymentChange",
+    "ExportResult",
     "HistorySource",
     "LogUsage",
     "Notify",
     "OutcomesResult",
     "PartitionLag",
     "PredictionWindow",
+    "PurgeResult",
     "QueryResult",
     "ReportEntry",
     "SkippedLine",
     "SyncResult",
     "arm_figures",
+    "export_tenant",
     "follow",
     "list_reports",
     "load_outcomes",
@@ -47,10 +59,12 @@ __all__ = [
     "models_in_warehouse",
     "parse_segment",
     "prediction_window",
+    "purge_tenant",
     "query",
     "read",
     "record_reports",
     "sync",
+    "tenant_audit",
     "topic_lag",
     "write",
 ]

@@ -456,6 +456,35 @@ def _key_by_model(conn: Connection) -> None:
 
 
 MIGRATIONS.append((9, "predictions keyed by model too (two models, one request id)", _key_by_model))
+
+
+# Who exported or erased which tenant's data, when, and how many rows (migration 10). In
+# the warehouse, so a purge's deletes and its audit row commit in one transaction.
+tenant_audit = sa.Table(
+    "tenant_audit",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("recorded_at", sa.DateTime, nullable=False),  # UTC, naive
+    sa.Column("actor", sa.String, nullable=False),
+    sa.Column("action", sa.String, nullable=False),  # "export" | "purge"
+    sa.Column("tenant", sa.String, nullable=False),
+    sa.Column("entity_key", sa.String, nullable=True),  # a purge of one entity
+    sa.Column("rows", sa.BigInteger, nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),  # JSON: rows per place, what was not reached
+)
+
+# A tenant's own retention, overriding settings.warehouse_retention_days (migration 10).
+tenant_retention = sa.Table(
+    "tenant_retention",
+    metadata,
+    sa.Column("tenant", sa.String, primary_key=True),
+    sa.Column("days", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.DateTime, nullable=False),
+)
+
+MIGRATIONS.append(
+    (10, "tenant_audit, tenant_retention (data lifecycle)", _create(tenant_audit, tenant_retention))
+)
 HEAD = MIGRATIONS[-1][0]
 
 
