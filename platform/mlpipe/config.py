@@ -154,6 +154,10 @@ class Settings(BaseSettings):
     control_url: str | None = None
     warehouse_url: str | None = None
     warehouse_lock_timeout_s: float = Field(60.0, ge=0)
+    # rows of predictions, outcomes and quarantine older than this many days are pruned
+    # (`warehouse prune`, and after each sync); None keeps everything. Per tenant:
+    # `tenants set NAME --retention-days N` (docs/data-lifecycle.md)
+    warehouse_retention_days: int | None = Field(None, ge=1)
     # false: the project has no Feast repository, and models take every input from the request
     feature_store: bool = True
     feature_repo: Path = Path("feature_repo")

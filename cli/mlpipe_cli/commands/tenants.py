@@ -26,12 +26,18 @@ def add(
     rate: float | None = typer.Option(None, "--rate", help="Requests/s (default: settings)."),
     burst: int | None = typer.Option(None, "--burst", help="Bucket size (default: settings)."),
     pin: str | None = typer.Option(None, "--pin", help="Always route to: champion|canary."),
+    retention_days: int | None = typer.Option(
+        None, "--retention-days", help="Keep its warehouse rows N days (default: settings)."
+    ),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Add a tenant and print its API key; the key is shown this once only."""
-    from mlpipe import security
+    from mlpipe import security, warehouse
 
+    warehouse.check_retention_days(retention_days)
     tenant, key = security.add_tenant(state.settings(), name, rate=rate, burst=burst, pin=pin)
+    if retention_days:
+        warehouse.set_tenant_retention(state.settings(), name, retention_days)
     if json_out:
         console.print_json({**tenant.public(), "key": key})
         return
@@ -66,6 +72,21 @@ def pin(
     tenant = security.pin_tenant(state.settings(), name, None if arm == "none" else arm)
     where = f"pinned to the {tenant.pin}" if tenant.pin else "routed by the split again"
     console.status(f"tenant {tenant.name} is {where}")
+
+
+@tenants_app.command("set")
+def set_(
+    name: str = typer.Argument(...),
+    retention_days: int = typer.Option(
+        ..., "--retention-days", help="Keep its warehouse rows N days; 0: the default again."
+    ),
+) -> None:
+    """Set a tenant's warehouse retention (applied by `warehouse prune` and after each sync)."""
+    from mlpipe import warehouse
+
+    days = warehouse.set_tenant_retention(state.settings(), name, retention_days)
+    kept = "kept until purged" if days is None else f"kept {days} day(s)"
+    console.status(f"tenant {name}: warehouse rows {kept}")
 
 
 @tenants_app.command("revoke")

@@ -1,4 +1,4 @@
-"""``mlpipe warehouse sync | query | reports`` and ``mlpipe outcomes load``."""
+"""``mlpipe warehouse sync | query | reports | prune`` and ``mlpipe outcomes load``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
     wh.command("sync")(sync)
     wh.command("query")(query)
     wh.command("reports")(reports)
+    wh.command("prune")(prune)
     app.add_typer(wh, name="warehouse")
     outcomes = typer.Typer(help="Ground-truth labels for logged predictions.", no_args_is_help=True)
     outcomes.command("load")(load)
@@ -75,6 +76,12 @@ def sync(
         f"predictions now {result.rows_total}; {result.deployments_loaded} deployment change(s) "
         f"mirrored ({result.seconds:.2f}s)"
     )
+    if result.segments_released or result.rows_pruned:
+        console.status(
+            f"released {result.segments_released} loaded segment(s) "
+            f"({result.bytes_released / 1e6:.1f} MB); pruned {result.rows_pruned} row(s) "
+            "past their retention"
+        )
     if result.reused_ids:
         console.status(
             f"[yellow]{result.reused_ids} row(s) repeated a request id already loaded for the "
@@ -94,6 +101,23 @@ def sync(
         )
     if len(result.skipped) > _SKIPPED_SHOWN:
         console.status(f"… and {len(result.skipped) - _SKIPPED_SHOWN} more (--json lists all)")
+
+
+def prune(as_json: bool = _JSON) -> None:
+    """Delete the rows of predictions, outcomes and quarantine past their retention
+    (warehouse_retention_days; per tenant: tenants set NAME --retention-days N)."""
+    from dataclasses import asdict
+
+    from mlpipe import warehouse
+
+    pruned = warehouse.prune(state.settings(), notify=console.status)
+    if as_json:
+        console.print_json({**asdict(pruned), "rows": pruned.rows})
+        return
+    console.status(
+        f"pruned {pruned.predictions} prediction(s), {pruned.outcomes} outcome(s), "
+        f"{pruned.quarantine} quarantined line(s)"
+    )
 
 
 def _lag_line(lags: list[PartitionLag]) -> str:

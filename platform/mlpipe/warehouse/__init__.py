@@ -20,6 +20,13 @@ from mlpipe.warehouse._read import (
 )
 from mlpipe.warehouse._release import LogUsage, log_usage
 from mlpipe.warehouse._reports import ReportEntry, list_reports, record_reports
+from mlpipe.warehouse._retention import (
+    Pruned,
+    check_retention_days,
+    prune,
+    set_tenant_retention,
+    tenant_retention,
+)
 from mlpipe.warehouse._schema import metadata
 from mlpipe.warehouse._segments import SkippedLine, parse_segment
 from mlpipe.warehouse._sync import SyncResult, sync
@@ -44,12 +51,14 @@ __all__ = [
     "OutcomesResult",
     "PartitionLag",
     "PredictionWindow",
+    "Pruned",
     "PurgeResult",
     "QueryResult",
     "ReportEntry",
     "SkippedLine",
     "SyncResult",
     "arm_figures",
+    "check_retention_days",
     "export_tenant",
     "follow",
     "list_reports",
@@ -59,12 +68,15 @@ __all__ = [
     "models_in_warehouse",
     "parse_segment",
     "prediction_window",
+    "prune",
     "purge_tenant",
     "query",
     "read",
     "record_reports",
+    "set_tenant_retention",
     "sync",
     "tenant_audit",
+    "tenant_retention",
     "topic_lag",
     "write",
 ]

@@ -1,4 +1,4 @@
-"""What a sync does after loading: release loaded segments (and prune expired rows).
+"""What a sync does after loading: release loaded segments, prune rows past retention.
 
 One call from :func:`mlpipe.warehouse.sync`, on its write connection, so the
 warehouse is opened once (docs/data-lifecycle.md).
@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from mlpipe.warehouse._release import release_loaded
+from mlpipe.warehouse._retention import prune_rows
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
 
 
 def after_sync(conn: Connection, settings: Settings, now: datetime, result: SyncResult) -> None:
-    """Release the segments loaded long enough ago; record what was done in ``result``."""
+    """Release the segments loaded long enough ago and prune the rows past their retention;
+    record what was done in ``result``."""
     released = release_loaded(conn, settings, now)
     result.segments_released = released.segments
     result.bytes_released = released.bytes
+    result.rows_pruned = prune_rows(conn, settings, now).rows

@@ -71,6 +71,7 @@ class SyncResult:
     # closed segments loaded whole, deleted or archived (predlog.keep_loaded_hours), and bytes
     segments_released: int = 0
     bytes_released: int = 0
+    rows_pruned: int = 0  # past their retention (warehouse_retention_days, per tenant)
     seconds: float = 0.0
 
     @property
