@@ -68,7 +68,11 @@ def register_version(
         "--task",
         help="binary|multiclass|regression: what the model predicts, where it cannot tell.",
     ),
-    trust: list[str] = typer.Option([], "--trust", help="Extra skops type to trust."),
+    trust: list[str] = typer.Option(
+        [],
+        "--trust",
+        help="Extra skops type to trust; 'pickle': read a pickle from an MLflow dir or --run.",
+    ),
     quantize: str | None = typer.Option(
         None, "--quantize", help="fp16|bf16|int8: derive a version; --dataset is the eval set."
     ),

@@ -22,7 +22,7 @@ from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import describe_service
 from mlpipe.registry import _lineage, _registration, _tags
-from mlpipe.registry._candidate import read_candidate
+from mlpipe.registry._candidate import TRUST_PICKLE, read_candidate
 from mlpipe.registry._client import client, first_line, mlflow_errors
 from mlpipe.registry._dataset_metrics import dataset_metrics
 from mlpipe.registry._flavors import for_candidate
@@ -66,7 +66,9 @@ def register(
     InvalidInput (a model mlpipe does not register, a task it cannot tell or
     one that contradicts ``task``, a threshold for a model that is not binary,
     untrusted types, dataset lacks the model's features or the label, bad
-    threshold, the model fails on the dataset as serving would score it).
+    threshold, the model fails on the dataset as serving would score it; a
+    pickle from an MLflow directory or a run without ``"pickle"`` in ``trust``,
+    or any pickle while ``MLFLOW_ALLOW_PICKLE_DESERIALIZATION=false``).
     Nothing is written before all checks pass.
     """
     if (model_path is None) == (run_id is None):
@@ -74,7 +76,9 @@ def register(
     if threshold is not None and not 0.0 < threshold < 1.0:
         raise InvalidInput(f"--threshold must be between 0 and 1, got {threshold:g}")
     _check_name(name)
-    model = _read_model(settings, model_path, run_id)
+    trust_pickle = TRUST_PICKLE in trust
+    trust = tuple(t for t in trust if t != TRUST_PICKLE)
+    model = _read_model(settings, model_path, run_id, trust_pickle)
     flavor = for_candidate(model)
     spec = _with_threshold(flavor.task_of(model, task), threshold)
     frame = read_dataset(dataset)
@@ -209,15 +213,17 @@ def _check_name(name: str) -> None:
         )
 
 
-def _read_model(settings: Settings, model_path: Path | None, run_id: str | None) -> Any:
+def _read_model(
+    settings: Settings, model_path: Path | None, run_id: str | None, trust_pickle: bool
+) -> Any:
     if model_path is not None:
-        return read_candidate(Path(model_path))
+        return read_candidate(Path(model_path), trust_pickle=trust_pickle)
     import mlflow
 
     client(settings)
     with mlflow_errors(f"run {run_id}"), tempfile.TemporaryDirectory() as tmp:
         local = mlflow.artifacts.download_artifacts(f"runs:/{run_id}/model", dst_path=tmp)
-        return read_candidate(Path(local))
+        return read_candidate(Path(local), trust_pickle=trust_pickle, source=f"run {run_id}")
 
 
 def read_dataset(path: Path) -> pd.DataFrame:
