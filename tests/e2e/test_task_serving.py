@@ -227,7 +227,11 @@ def test_json_infer_of_a_regression_and_an_output_it_does_not_have(served: Any) 
 @pytest.mark.parametrize(
     ("change", "field", "error"),
     [
-        ({"petal_width": None}, "features.petal_width", "required request-time input"),
+        (
+            {"petal_width": None},
+            "features.petal_width",
+            "required request-time input; this model cannot take a missing value",
+        ),
         ({"petal_width": "wide"}, "features.petal_width", "expected a number, got a string 'wide'"),
     ],
 )

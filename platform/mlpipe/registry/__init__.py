@@ -14,6 +14,7 @@ from mlpipe.registry._input_schema import (
     OIP_TYPES,
     InputColumn,
     InputSchema,
+    missing_refused,
     number_from_text,
 )
 from mlpipe.registry._load import load_reference, load_verified
@@ -38,6 +39,7 @@ __all__ = [
     "load_reference",
     "load_verified",
     "mirror_aliases",
+    "missing_refused",
     "number_from_text",
     "parse_ref",
     "quantize_module",

@@ -15,6 +15,14 @@ Each input has a kind:
   string input with a value never seen (``UNSEEN``), and an input the model
   takes it for (a ``OneHotEncoder(handle_unknown="ignore")``) is ``open``.
 
+Missing values: ``missing`` says the dataset had some in the column;
+``nullable`` says the model scores a missing value there (registration
+probes each input with NaN, or None for a string, as it probes unseen
+categories). A nullable input takes JSON ``null``, an omitted key and (a
+number) ``NaN``, handed to the model as NaN (strings too); any other input refuses
+them, naming the field. A version registered before these fields has none
+nullable.
+
 ``frame`` says how the model is scored: False, on a float ndarray in the
 inputs' order (every input numeric and the model takes an array: the fast
 path, unchanged); True, on a pandas DataFrame with the training column names
@@ -39,6 +47,12 @@ UNSEEN = "__mlpipe_unseen_category__"
 NUMERIC_KINDS = ("number", "integer", "boolean")
 OIP_TYPES = {"number": "FP64", "integer": "INT64", "boolean": "BOOL", "string": "BYTES"}
 _SHOWN = 20  # categories named in a refusal
+_KIND_WORDS = {
+    "number": "a number",
+    "integer": "an integer",
+    "boolean": "a boolean",
+    "string": "a string",
+}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -51,16 +65,37 @@ class InputColumn:
     dtype: str
     categories: tuple[str, ...] | None = None
     open: bool = False  # an unknown category is scored (the model handles it)
+    missing: bool = False  # the dataset had missing values in this column
+    nullable: bool = False  # the model scores a missing value (probed at registration)
 
     @property
-    def empty(self) -> Any:
-        """A missing value: None for a string input, NaN for a number."""
-        return None if self.kind == "string" else math.nan
+    def empty(self) -> float:
+        """A missing value as the model gets it: NaN, as pandas reads a gap in any column
+        (a ``SimpleImputer`` or ``OneHotEncoder`` takes NaN for missing, not None)."""
+        return math.nan
+
+    @property
+    def expected(self) -> str:
+        """The input's kind in words, for messages: ``a number``, ``a string``..."""
+        return _KIND_WORDS.get(self.kind, "a number")
 
     def check(self, value: Any) -> Any:
-        """``value`` as the request parsed it, as the model takes it; else InvalidInput."""
+        """``value`` as the request parsed it, as the model takes it; else InvalidInput.
+
+        A missing value (None, or NaN) is :attr:`empty` for a nullable input and
+        refused for any other; a boolean is refused unless the input is one.
+        """
+        if value is None or value != value:  # only NaN differs from itself
+            return self.missing_value()
+        if type(value) is bool and self.kind != "boolean":
+            raise InvalidInput(
+                f"features.{self.name}: expected {self.expected}, got a boolean "
+                f"({str(value).lower()})"
+            )
         if self.kind == "string":
             return self._string(value)
+        if type(value) is float and not math.isfinite(value):
+            raise InvalidInput(f"features.{self.name}: expected a finite number, got {value!r}")
         if type(value) is str:
             value = number_from_text(self.name, value)
         if self.kind == "integer" and not float(value).is_integer():
@@ -68,6 +103,12 @@ class InputColumn:
         if self.kind == "boolean" and float(value) not in (0.0, 1.0):
             raise InvalidInput(f"features.{self.name}: expected a boolean, got {value!r}")
         return float(value)
+
+    def missing_value(self) -> Any:
+        """:attr:`empty` if the model takes a missing value here; else InvalidInput."""
+        if not self.nullable:
+            raise InvalidInput(missing_refused(self.name))
+        return self.empty
 
     def _string(self, value: Any) -> str:
         if type(value) is not str:
@@ -88,6 +129,11 @@ class InputColumn:
         shown = ", ".join(self.categories[:_SHOWN])
         more = f" and {len(self.categories) - _SHOWN} more" if len(self.categories) > _SHOWN else ""
         return f" (allowed: {shown}{more})"
+
+
+def missing_refused(name: str) -> str:
+    """The refusal of a missing value (null, NaN or an omitted key) for input ``name``."""
+    return f"features.{name}: required request-time input; this model cannot take a missing value"
 
 
 def number_from_text(name: str, text: str) -> float:
@@ -115,6 +161,11 @@ class InputSchema:
     @property
     def numeric(self) -> bool:
         return all(c.kind in NUMERIC_KINDS for c in self.columns)
+
+    @property
+    def nullable_names(self) -> frozenset[str]:
+        """The inputs the model takes a missing value for."""
+        return frozenset(c.name for c in self.columns if c.nullable)
 
     def column(self, name: str) -> InputColumn | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -149,6 +200,8 @@ class InputSchema:
                 dtype=c["dtype"],
                 categories=tuple(c["categories"]) if c.get("categories") is not None else None,
                 open=bool(c.get("open", False)),
+                missing=bool(c.get("missing", False)),
+                nullable=bool(c.get("nullable", False)),
             )
             for c in data["columns"]
         )
@@ -160,6 +213,12 @@ class InputSchema:
     def opened(self, names: set[str]) -> InputSchema:
         """The schema with the string inputs ``names`` taking unknown categories."""
         return replace(self, columns=tuple(replace(c, open=c.name in names) for c in self.columns))
+
+    def with_nullable(self, names: set[str]) -> InputSchema:
+        """The schema with the inputs ``names`` taking a missing value."""
+        return replace(
+            self, columns=tuple(replace(c, nullable=c.name in names) for c in self.columns)
+        )
 
     def to_frame(self, rows: list[list[Any]]) -> pd.DataFrame:
         """Rows (values in the inputs' order) as a DataFrame with the training names and dtypes."""
@@ -175,6 +234,7 @@ def _column_json(column: InputColumn) -> dict[str, Any]:
     data: dict[str, Any] = {"name": column.name, "kind": column.kind, "dtype": column.dtype}
     if column.kind == "string":
         data.update(categories=column.categories, open=column.open)
+    data.update(missing=column.missing, nullable=column.nullable)
     return data
 
 
@@ -192,7 +252,12 @@ def _as_dtype(values: pd.Series, column: InputColumn) -> pd.Series:
 
 def infer_schema(frame: pd.DataFrame) -> InputSchema:
     """The schema of the dataset's model inputs (``frame`` holds exactly them, in order)."""
-    return InputSchema(tuple(_column(str(name), frame[name]) for name in frame.columns))
+    return InputSchema(
+        tuple(
+            replace(_column(str(name), frame[name]), missing=bool(frame[name].isna().any()))
+            for name in frame.columns
+        )
+    )
 
 
 def _column(name: str, values: pd.Series) -> InputColumn:

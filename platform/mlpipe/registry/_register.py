@@ -32,6 +32,8 @@ from mlpipe.registry._types import VersionInfo
 from mlpipe.tasks import OutputError, Task, TaskSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
     import pandas as pd
 
@@ -379,13 +381,47 @@ def _fit_schema(
     if schema.numeric:
         try:
             array = x.to_numpy(dtype=np.float64)  # as serving builds it
-            return schema, _check_scores(scoring, array, list(x.columns))
+            scores = _check_scores(scoring, array, list(x.columns))
         except InvalidInput as array_failure:
             try:
                 return _frame_scores(scoring, schema.with_frame(True), x)
             except InvalidInput:
                 raise array_failure from None
+        first = array[:1].tolist()
+        return _probe_missing(scoring, schema, first, _float_array), scores
     return _frame_scores(scoring, schema.with_frame(True), x)
+
+
+def _float_array(rows: list[list[Any]]) -> np.ndarray:
+    import numpy as np
+
+    return np.asarray(rows, dtype=np.float64)
+
+
+def _probe_missing(
+    scoring: _Scoring,
+    schema: InputSchema,
+    first: list[list[Any]],
+    build: Callable[[list[list[Any]]], Any],
+) -> InputSchema:
+    """The schema with the inputs the model scores a missing value for marked ``nullable``.
+
+    Each input is probed on the dataset's first row with that input missing
+    (NaN, built by ``build`` as serving builds the model's input); all the
+    probes are tried as one batch first, and one by one only if it fails.
+    """
+    if not first:
+        return schema
+    row = first[0]
+    probes = [[*row[:i], c.empty, *row[i + 1 :]] for i, c in enumerate(schema.columns)]
+    if _scores_quietly(scoring, build(probes)):
+        return schema.with_nullable(set(schema.names))
+    taken = {
+        c.name
+        for c, probe in zip(schema.columns, probes, strict=True)
+        if _scores_quietly(scoring, build([probe]))
+    }
+    return schema.with_nullable(taken)
 
 
 def _frame_scores(
@@ -402,24 +438,24 @@ def _frame_scores(
             probe = [[*rows[0][:i], UNSEEN, *rows[0][i + 1 :]]]
             if _scores_quietly(scoring, schema.to_frame(probe)):
                 opened.add(column.name)
-    return schema.opened(opened), scores
+    return _probe_missing(scoring, schema.opened(opened), rows[:1], schema.to_frame), scores
 
 
 def _as_served(column: InputColumn, value: Any) -> Any:
-    """A dataset value as serving's validation hands it to the model (missing: NaN/None)."""
+    """A dataset value as serving's validation hands it to the model (missing: NaN)."""
     import pandas as pd
 
     if pd.isna(value):
-        return None if column.kind == "string" else float("nan")
+        return column.empty
     return column.check(value.item() if hasattr(value, "item") else value)
 
 
 def _scores_quietly(scoring: _Scoring, x: Any) -> bool:
-    """Whether the model gives its task's output for the one row of ``x``."""
+    """Whether the model gives its task's output for the rows of ``x``."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            scoring.task.check_output(scoring.score(x), 1)
+            scoring.task.check_output(scoring.score(x), len(x))
     except Exception:  # noqa: BLE001 - refusing the value is what is being probed
         return False
     return True

@@ -56,9 +56,18 @@ class VersionPlan:
     # What the version predicts and how its output reads (binary at the model's threshold
     # for a model that names no task). Read once, here.
     task: TaskSpec = field(init=False, default_factory=TaskSpec)
+    # The version's typed inputs on either path (None: registered before them), and those
+    # it scores a missing value for (none for a version registered before they were
+    # probed). Read once, here.
+    inputs: Any | None = field(init=False, default=None)
+    nullable: frozenset[str] = field(init=False, default=frozenset())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frame_inputs", getattr(self.model, "frame_inputs", None))
+        inputs = getattr(self.model, "input_schema", None)
+        object.__setattr__(self, "inputs", inputs)
+        if inputs is not None:
+            object.__setattr__(self, "nullable", inputs.nullable_names)
         object.__setattr__(self, "task", _task_of(self.model))
 
     @property

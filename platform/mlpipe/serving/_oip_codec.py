@@ -205,10 +205,21 @@ def _from_binary(chunk: bytes, dtype: str, name: str) -> np.ndarray:
     return np.array(items, dtype=object)
 
 
+# JSON values numpy would silently turn into numbers (null → NaN, true → 1.0, "NaN" → NaN):
+# data holding one is kept as Python values, read value by value (_feature_column).
+_AS_VALUES = frozenset({type(None), bool, str, bytes})
+
+
 def _from_json(data: Any, dtype: str, name: str) -> np.ndarray:
     try:
+        values = np.array(data, dtype=object).ravel()
         if dtype == "BYTES":
-            return np.array(data, dtype=object).ravel()
+            return values
+        kinds = set(map(type, values))
+        if dtype == "BOOL":
+            kinds.discard(bool)
+        if kinds & _AS_VALUES and list not in kinds:  # a list: ragged, refused below
+            return values
         return np.asarray(data, dtype=_NUMPY[dtype]).ravel()
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"inputs.{name}: data is not {dtype}: {exc}") from exc
@@ -260,26 +271,57 @@ def request_rows(served: Any, request: dict[str, Any], max_rows: int) -> list[di
     return rows
 
 
+_KIND_OF = {"FP64": "a number", "INT64": "an integer", "BOOL": "a boolean", "BYTES": "a string"}
+
+
 def _feature_column(name: str, values: np.ndarray, datatype: str) -> list[Any]:
-    """A feature's values as Python values: strings for a BYTES input, else finite floats."""
+    """A feature's values as Python values: strings for a BYTES input, else finite floats;
+    None for a missing value (JSON null, or a NaN number), which the pipeline's check
+    takes only for an input the model scores a missing value for (else 422)."""
     if datatype == "BYTES":
-        if not all(isinstance(v, str | bytes) for v in values):
-            raise ProtocolError(f"inputs.{name}: a string input; send BYTES", 422)
         return [_text(name, v) for v in values]
+    if values.dtype == object:
+        return [_number(name, v, datatype) for v in values]
+    if values.dtype == np.bool_ and datatype != "BOOL":
+        raise ProtocolError(f"inputs.{name}: {_input_kind(datatype)}, not BOOL", 422)
+    numbers = values.astype(np.float64)
+    if np.isinf(numbers).any():
+        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+    return [None if v != v else v for v in numbers.tolist()]  # only NaN differs from itself
+
+
+def _input_kind(datatype: str) -> str:
+    return f"{_KIND_OF.get(datatype, 'a number')} input ({datatype})"
+
+
+def _number(name: str, value: Any, datatype: str) -> float | None:
+    """One value of a numeric input given as a JSON value (or BYTES): None when missing."""
+    if value is None:
+        return None
+    if isinstance(value, bool | np.bool_) and datatype != "BOOL":
+        got = str(bool(value)).lower()
+        raise ProtocolError(f"inputs.{name}: {_input_kind(datatype)}, got a boolean ({got})", 422)
     try:
-        numbers = values.astype(np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
+        number = float(value)
     except OverflowError as exc:  # an integer past float64's range, sent as BYTES
         raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422) from exc
-    if not np.isfinite(numbers).all():
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
+    if isinstance(value, str | bytes) and not math.isfinite(number):  # "NaN" is no gap
         raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
-    return numbers.tolist()
+    if math.isinf(number):
+        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+    return None if number != number else number
 
 
-def _text(name: str, value: str | bytes) -> str:
-    if isinstance(value, str):
+def _text(name: str, value: Any) -> str | None:
+    """One value of a string input: text, or None for JSON null (a missing value)."""
+    if value is None or isinstance(value, str):
         return value
+    if isinstance(value, float) and value != value:  # NaN: missing, as in a number input
+        return None
+    if not isinstance(value, bytes):
+        raise ProtocolError(f"inputs.{name}: a string input (BYTES), got {value!r}", 422)
     try:
         return value.decode()
     except UnicodeDecodeError as exc:

@@ -43,7 +43,7 @@ import numpy as np
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import check_join_key
 from mlpipe.predlog import Arm, PiiHasher, PredictionRecord
-from mlpipe.registry import InputSchema, number_from_text
+from mlpipe.registry import InputSchema, missing_refused, number_from_text
 from mlpipe.routing import entity_key
 from mlpipe.serving._caches import LRUCache, normalized_vector
 from mlpipe.serving._error_bodies import (
@@ -131,6 +131,8 @@ class ScoringPipeline:
         loaded, InvalidInput naming a missing or unreadable input.
 
         A join key must fit its entity's Feast type (:func:`~mlpipe.features.check_join_key`).
+        A missing input (omitted, ``null`` or NaN) is taken only where the version
+        scores one (``plan.nullable``); a boolean only for a boolean input.
         """
         served = self.loader.models.get(req.model)
         if served is None:
@@ -146,10 +148,10 @@ class ScoringPipeline:
                         raise InvalidInput(f"entity.{key}: required by {plan.spec.name}")
                     check_join_key(key, req.entity[key], plan.spec.join_key_types.get(key))
             for name in plan.request_features:
-                if name not in req.features:
-                    raise InvalidInput(f"features.{name}: required request-time input")
-            # Typed inputs, or a string given for a number: every value held to its input.
-            if plan.frame_inputs is not None or str in map(type, req.features.values()):
+                if name not in req.features and name not in plan.nullable:
+                    raise InvalidInput(missing_refused(name))
+            # Typed inputs, or anything but finite floats: every value held to its input.
+            if plan.frame_inputs is not None or not _finite_floats(req.features):
                 _check_values(plan, req.features)
 
     # -- the batch --
@@ -312,7 +314,7 @@ class ScoringPipeline:
                         value = defaults.get(name, 0.0)
             else:
                 value = req.features.get(name)
-                if value is None:
+                if value is None or value != value:  # null, omitted or NaN: the check let it
                     missing.append(name)
                     value = math.nan
             vector.append(float(value))
@@ -322,8 +324,8 @@ class ScoringPipeline:
     def _typed_vector(self, it: _Item, row: Any, inputs: InputSchema) -> None:
         """The input values of a version scored on a DataFrame, each as its column takes it.
 
-        A missing input is NaN (numbers) or None (strings); a store value its
-        column refuses fails the request (422), like a bad request value.
+        A missing input is NaN (any kind: as pandas reads a gap); a store value
+        its column refuses fails the request (422), like a bad request value.
         """
         plan, req = it.plan, it.req
         defaults = plan.spec.defaults if plan.spec is not None else {}
@@ -339,10 +341,11 @@ class ScoringPipeline:
                     value = defaults.get(name) if value is None else value
             else:
                 value = req.features.get(name)
-                if value is None:
+                if value is None or value != value:  # null, omitted or NaN: the check let it
                     missing.append(name)
             try:
-                vector.append(column.empty if value is None else column.check(value))
+                empty = value is None or value != value
+                vector.append(column.empty if empty else column.check(value))
             except InvalidInput as exc:
                 it.error = error_for(exc)
                 vector.append(column.empty)
@@ -528,19 +531,51 @@ def _fail_together(items: Sequence[_Item]) -> None:
             it.error = failed.error  # not logged: only answers (and timeouts) are
 
 
+_FLOAT = frozenset({float})
+
+
+def _finite_floats(features: dict[str, Any]) -> bool:
+    """Whether every value is a finite float (the fast path's common case: nothing to check).
+
+    A sum that overflows to inf only sends finite values to the full check.
+    """
+    values = features.values()
+    return set(map(type, values)) <= _FLOAT and math.isfinite(sum(values))
+
+
 def _check_values(plan: VersionPlan, features: dict[str, Any]) -> None:
     """Hold each request-time value to its typed input (InvalidInput naming the field).
 
     Without typed inputs (a float-array version) every input is a number, and a
     string is one only if it reads as one (``"1.5"``, as ``/predict`` always took).
+    An omitted input reaches here only where the version takes a missing value.
     """
     inputs = plan.frame_inputs
     for name in plan.request_features:
-        value = features[name]
+        value = features.get(name)
         if inputs is not None:
             inputs.check(name, value)
-        elif type(value) is str:
-            number_from_text(name, value)
+        else:
+            _check_number(plan, name, value)
+
+
+def _check_number(plan: VersionPlan, name: str, value: Any) -> None:
+    """A float-array version's input: a finite number (or a string that reads as one),
+    a boolean only for a boolean input, a missing value only where the model takes one."""
+    if value is None or value != value:  # only NaN differs from itself
+        if name not in plan.nullable:
+            raise InvalidInput(missing_refused(name))
+    elif type(value) is str:
+        number_from_text(name, value)
+    elif type(value) is bool:
+        column = plan.inputs.column(name) if plan.inputs is not None else None
+        if column is None or column.kind != "boolean":
+            expected = column.expected if column is not None else "a number"
+            raise InvalidInput(
+                f"features.{name}: expected {expected}, got a boolean ({str(value).lower()})"
+            )
+    elif not math.isfinite(value):
+        raise InvalidInput(f"features.{name}: expected a finite number, got {value!r}")
 
 
 def _model_inputs(plan: VersionPlan, rows: list[Any]) -> Any:

@@ -9,7 +9,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 from pydantic.config import JsonDict
 from pydantic.json_schema import SkipJsonSchema
 
@@ -22,11 +30,16 @@ EntityValue = (
     Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)]
     | Annotated[StrictStr, Field(min_length=1, max_length=256, json_schema_extra=_TEXT)]
 )
-# A number, or a string for a model's string (categorical) input; the pipeline's check
-# holds each value to the version's input schema (a string for a number input: 422).
+# A number, a string for a model's string (categorical) input, a boolean, or null (NaN
+# too) for a missing value; the pipeline's check holds each value to the version's input
+# schema (a string or a boolean for a number input, a missing value the model cannot
+# take, an infinite number: 422 naming the field). A boolean stays a boolean (strict), so
+# `true` is never read as the number 1.
 FeatureValue = (
-    Annotated[float, Field(allow_inf_nan=False)]
+    Annotated[float, Field(allow_inf_nan=True)]
+    | StrictBool
     | Annotated[StrictStr, Field(max_length=1000, json_schema_extra=_TEXT)]
+    | None
 )
 _ENTITY_NAMES: JsonDict = {"propertyNames": {"minLength": 1, "maxLength": 100, **_TEXT}}
 
@@ -37,10 +50,11 @@ class PredictRequest(BaseModel):
     ``entity`` holds the join keys the model's feature service reads (required;
     it may be ``{}`` for a model without one, and routing then hashes the
     request id). ``features`` holds request-time inputs (numbers; strings for
-    a model's string inputs). ``received_ns`` is set by the gateway (a client's
-    value is overwritten) so the log can record the server-side latency; so are
-    ``tenant`` and ``pin`` (the arm the tenant is pinned to, if any), from the
-    auth layer.
+    a model's string inputs; ``true``/``false`` for its boolean inputs; ``null``,
+    or an omitted key, for a missing value where the model takes one).
+    ``received_ns`` is set by the gateway (a client's value is overwritten) so
+    the log can record the server-side latency; so are ``tenant`` and ``pin``
+    (the arm the tenant is pinned to, if any), from the auth layer.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -116,11 +130,29 @@ def control_character_problem(req: PredictRequest) -> tuple[str, str] | None:
 
 
 def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
-    """(field, readable message) for the first problem, e.g. ``("entity", "Field required")``."""
+    """(field, readable message) for the first problem, e.g. ``("entity", "Field required")``.
+
+    A feature value that is none of the kinds an input has (an array, an object)
+    says so, and which kinds there are: the parse knows no model's inputs, the
+    pipeline's check names each input's own.
+    """
     err = exc.errors(include_url=False, include_context=False, include_input=False)[0]
     parts = err["loc"][:2] if err["loc"][:1] in (("entity",), ("features",)) else err["loc"]
     loc = ".".join(str(p) for p in parts) or "body"
+    if err["loc"][:1] == ("features",) and len(err["loc"]) == 3:  # a FeatureValue union
+        return loc, _feature_value_problem(loc, exc)
     return loc, f"{loc}: {err['msg']}"
+
+
+def _feature_value_problem(loc: str, exc: ValidationError) -> str:
+    errors = exc.errors(include_url=False, include_context=False)
+    value = errors[0].get("input")
+    if isinstance(value, str):  # too long: the string branch's own words
+        said = next((e["msg"] for e in errors if e["type"].startswith("string")), None)
+        return f"{loc}: {said or errors[0]['msg']}"
+    kinds: dict[type, str] = {list: "an array", dict: "an object"}
+    kind = kinds.get(type(value), type(value).__name__)
+    return f"{loc}: a feature value is a number, a string, a boolean or null, not {kind}"
 
 
 __all__ = [

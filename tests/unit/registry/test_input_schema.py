@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -137,3 +138,48 @@ def test_a_pandas_categorical_is_scored_with_its_categories_and_unknowns_follow_
     assert schema.frame and schema.column("tier").dtype == "category"  # type: ignore[union-attr]
     assert scores.tolist() == model.predict_proba(x.head(100))[:, 1].tolist()
     assert schema.column("tier").open  # type: ignore[union-attr]  # unknown: treated as missing
+
+
+def test_missing_values_are_recorded_and_a_schema_without_them_takes_none() -> None:
+    frame = pd.DataFrame({"student": ["Yes", None, "No"], "balance": [1.0, 2.0, np.nan]})
+    frame["cards"] = [1, 2, 3]
+    schema = infer_schema(frame).with_nullable({"balance", "student"})
+    assert [(c.name, c.missing, c.nullable) for c in schema.columns] == [
+        ("student", True, True),
+        ("balance", True, True),
+        ("cards", False, False),
+    ]
+    assert InputSchema.from_json(schema.to_json()) == schema
+    assert schema.nullable_names == {"student", "balance"}
+    legacy = json.loads(schema.to_json())
+    for column in legacy["columns"]:
+        del column["missing"], column["nullable"]
+    assert InputSchema.from_json(json.dumps(legacy)).nullable_names == frozenset()
+
+
+@pytest.mark.parametrize("gap", [None, math.nan])
+def test_a_missing_value_is_nan_where_the_model_takes_one_else_refused(gap: float | None) -> None:
+    schema = infer_schema(_frame()).with_nullable({"student", "balance"})
+    assert math.isnan(schema.check("student", gap))
+    assert math.isnan(schema.check("balance", gap))
+    with pytest.raises(InvalidInput) as caught:
+        schema.check("cards", gap)
+    assert str(caught.value) == (
+        "features.cards: required request-time input; this model cannot take a missing value"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("balance", "features.balance: expected a number, got a boolean (true)"),
+        ("cards", "features.cards: expected an integer, got a boolean (true)"),
+        ("student", "features.student: expected a string, got a boolean (true)"),
+    ],
+)
+def test_a_boolean_is_taken_only_by_a_boolean_input(name: str, message: str) -> None:
+    schema = infer_schema(_frame())
+    assert schema.check("active", True) == 1.0
+    with pytest.raises(InvalidInput) as caught:
+        schema.check(name, True)
+    assert str(caught.value) == message

@@ -314,3 +314,74 @@ def test_outputs_the_answering_versions_do_not_share_are_refused_before_scoring(
         "or use /predict"
     )
     check_shared(SimpleNamespace(name="m", primary_versions=lambda: [champion]), ["label"])
+
+
+def _typed_served() -> SimpleNamespace:
+    from mlpipe.registry import InputColumn, InputSchema
+
+    schema = InputSchema(
+        (
+            InputColumn("amount", "number", "float64", nullable=True),
+            InputColumn("city", "string", "object", ("a", "b"), nullable=True),
+        )
+    )
+    plan = SimpleNamespace(
+        version="1",
+        model=SimpleNamespace(features=["amount", "city"], input_schema=schema),
+        request_features=("amount", "city"),
+        spec=None,
+    )
+    return SimpleNamespace(name="m", generation=1, primary_versions=lambda: [plan])
+
+
+def test_json_null_and_nan_are_missing_values_in_fp64_and_bytes() -> None:
+    body = _request(
+        [
+            {"name": "amount", "datatype": "FP64", "shape": [2], "data": [1.5, None]},
+            {"name": "city", "datatype": "BYTES", "shape": [2], "data": [None, "a"]},
+        ]
+    )
+    rows = request_rows(_typed_served(), decode_request(body, None), max_rows=10)
+    assert [r["features"] for r in rows] == [
+        {"amount": 1.5, "city": None},
+        {"amount": None, "city": "a"},
+    ]
+    nan = np.array([np.nan, 2.0], dtype="<f8").tobytes()
+    head = _request(
+        [
+            {"name": "amount", "datatype": "FP64", "shape": [2]}
+            | {"parameters": {"binary_data_size": len(nan)}}
+        ]
+    )
+    rows = request_rows(_typed_served(), decode_request(head + nan, len(head)), max_rows=10)
+    assert [r["features"]["amount"] for r in rows] == [None, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("tensor", "message"),
+    [
+        (
+            {"name": "amount", "datatype": "FP64", "data": [True]},
+            "inputs.amount: a number input (FP64), got a boolean (true)",
+        ),
+        (
+            {"name": "amount", "datatype": "BOOL", "data": [True]},
+            "inputs.amount: a number input (FP64), not BOOL",
+        ),
+        (
+            {"name": "city", "datatype": "BYTES", "data": [1.5]},
+            "inputs.city: a string input (BYTES), got 1.5",
+        ),
+        (
+            {"name": "amount", "datatype": "FP64", "data": ["NaN"]},
+            "inputs.amount: values must be finite numbers",
+        ),
+    ],
+)
+def test_a_boolean_for_a_number_or_a_number_for_a_string_is_a_422_naming_its_kind(
+    tensor: dict[str, Any], message: str
+) -> None:
+    body = _request([{**tensor, "shape": [1]}])
+    with pytest.raises(ProtocolError) as caught:
+        request_rows(_typed_served(), decode_request(body, None), max_rows=10)
+    assert (str(caught.value), caught.value.status) == (message, 422)

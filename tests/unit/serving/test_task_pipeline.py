@@ -172,7 +172,8 @@ def test_an_output_that_does_not_fit_the_task_is_a_500_and_is_not_logged(env: An
 def test_a_missing_or_mistyped_input_of_a_multiclass_model_names_the_field(env: Any) -> None:
     (good,) = _reqs("iris", range(1))
     missing = good.model_copy(update={"features": {"x0": 1.0, "x1": 2.0, "x2": 3.0}})
-    with pytest.raises(InvalidInput, match=r"^features\.x3: required request-time input$"):
+    refused = r"^features\.x3: required request-time input; this model cannot take a missing value$"
+    with pytest.raises(InvalidInput, match=refused):
         env.pipeline.check(missing)
     typed = good.model_copy(update={"features": {**good.features, "x2": "wide"}})
     with pytest.raises(InvalidInput, match=r"^features\.x2: .*'wide'"):
