@@ -97,6 +97,28 @@ def _unserved(loader: GenerationLoader, name: str) -> dict[str, Any]:
     return error_body(f"model {name!r} is not deployed here", 404, "model")
 
 
+def _join_entity(served: ServingModel, req: PredictRequest) -> dict[str, Any]:
+    """The request's entity cut to the join keys of the feature services the model's
+    answering versions read: the only keys that route and are logged. Any other key a
+    client adds is ignored, so it can neither pick the arm nor grow the log.
+
+    A model that reads no feature service has no join keys: its entity is the
+    client's own identity for the request (sticky routing, outcomes matched by
+    ``entity_key``) and is kept whole, as the request id would be.
+    """
+    specs = [plan.spec for plan in served.primary_versions() if plan.spec is not None]
+    if not specs:
+        return dict(req.entity)
+    names = {k for spec in specs for k in spec.join_keys}
+    return {k: v for k, v in req.entity.items() if k in names}
+
+
+def _routing_key(served: ServingModel, req: PredictRequest) -> str:
+    """The sticky routing (and log) key: the join keys, else the request id."""
+    entity = _join_entity(served, req)
+    return entity_key(entity) if entity else f"request_id={req.request_id}"
+
+
 class ScoringPipeline:
     """Scores batches of :class:`PredictRequest` against the loaded generation."""
 
@@ -200,7 +222,7 @@ class ScoringPipeline:
             if served is None:
                 results[i] = _unserved(self.loader, req.model)
                 continue
-            key = entity_key(req.entity) if req.entity else f"request_id={req.request_id}"
+            key = _routing_key(served, req)
             d = served.router.route(key, req.pin)
             items.append(_Item(req, i, served, served.versions[d.version], d.arm, key, d.shadow))
         if self.metrics:
@@ -412,7 +434,7 @@ class ScoringPipeline:
             k: (None if v != v else v)  # only NaN (missing) differs from itself
             for k, v in zip(plan.model.features, vector, strict=True)
         }
-        entity: dict[str, Any] = dict(req.entity)
+        entity = _join_entity(it.served, req)
         key = it.key
         if self._pii:
             features = self._pii.redact(features)

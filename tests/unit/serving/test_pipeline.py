@@ -492,3 +492,23 @@ def test_a_key_the_store_refuses_fails_its_request_alone(env: Any) -> None:
     assert out[1]["field"] == "entity.customer_id"
     assert out[0]["features_missing"] == [] and out[2]["features_missing"] == []
     assert [r.request_id for r in env.sink.rows] == [out[0]["request_id"], out[2]["request_id"]]
+
+
+def test_only_join_keys_route_and_are_logged(tmp_path: Path) -> None:
+    """Extra entity keys neither pick the arm nor reach the log (issue 29, item 11)."""
+    built = fake_runtime(load_settings(home=tmp_path), ListSink())
+    try:
+        built.control.set("fraud", 2, "1", canary="2", weight=50)
+        built.loader.refresh()
+        plain = built.pipeline.predict_batch([_req(i) for i in range(200)])
+        junk = {f"junk{j}": "x" * 900 for j in range(15)}
+        padded = [
+            r.model_copy(update={"entity": {**r.entity, **junk}}) for r in map(_req, range(200))
+        ]
+        out = built.pipeline.predict_batch(padded)
+        assert [r["arm"] for r in out] == [r["arm"] for r in plain]
+        rows = built.sink.rows[-200:]
+        assert all(row.entity == {"customer_id": i} for i, row in enumerate(rows))
+        assert all(row.entity_key == f"customer_id={i}" for i, row in enumerate(rows))
+    finally:
+        built.pipeline.close()
