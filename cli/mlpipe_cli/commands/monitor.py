@@ -90,14 +90,7 @@ def drift(
     else:
         for a in result.arms:
             _drift_arm(name, a)
-        cal = result.calibration
-        console.show(
-            f"thresholds: calibrated per column for {cal['false_alarm_rate']:.0%} false alarms "
-            f"per report on clean windows of the same effective size ({cal['correction']}; "
-            f"{cal['resamples']} windows resampled from the reference); alarm when significant "
-            f"and effect >= {cal['min_effect']:g}; fewer than {cal['min_effective_size']} "
-            "distinct entities: insufficient"
-        )
+        console.show(monitoring.thresholds_text(result.calibration))
         console.show(
             f"verdict: {result.verdict} ({result.reference}, drift share threshold "
             f"{result.drift_share_threshold}); reports in {result.report_dir}"
@@ -120,11 +113,9 @@ def _drift_arm(name: str, a: Any) -> None:
         ]
         for c in a.columns
     ]
-    entities = "" if a.entities is None else f" from {a.entities} entities"
-    title = (
-        f"{name} {a.arm} v{a.version}: {a.verdict} — {a.rows_tested} of {a.rows} "
-        f"request(s){entities}, reference {a.reference_rows} row(s)"
-    )
+    from mlpipe import monitoring
+
+    title = monitoring.arm_title(name, a)
     columns = ["column", "kind", "method", "score", "threshold", "n eff", "result", "detail"]
     console.show(console.table(title, columns, rows))
     for alarm in a.alarms:

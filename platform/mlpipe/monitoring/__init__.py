@@ -22,7 +22,15 @@ from mlpipe.monitoring._canary import (
     analyze,
     latest_canary_verdict,
 )
-from mlpipe.monitoring._drift import ArmDrift, ColumnDrift, DriftOutcome, DriftVerdict, drift
+from mlpipe.monitoring._drift import (
+    ArmDrift,
+    ColumnDrift,
+    DriftOutcome,
+    DriftVerdict,
+    arm_title,
+    drift,
+    thresholds_text,
+)
 from mlpipe.monitoring._screen import SkippedColumn, screen
 from mlpipe.monitoring._shadow import Disagreement, ShadowAnalysis, analyze_shadow
 from mlpipe.monitoring._skew import FeatureSkew, SkewExample, SkewOutcome, SkewVerdict, skew
@@ -50,6 +58,7 @@ __all__ = [
     "Window",
     "analyze",
     "analyze_shadow",
+    "arm_title",
     "calibrate",
     "drift",
     "drift_distance",
@@ -61,6 +70,7 @@ __all__ = [
     "screen",
     "size_bucket",
     "skew",
+    "thresholds_text",
     "verdict_payload",
     "window_ending",
 ]

@@ -171,6 +171,39 @@ def calibration_statement(false_alarm_rate: float) -> dict[str, Any]:
     }
 
 
+def thresholds_text(calibration: dict[str, Any]) -> str:
+    """How the thresholds were set, in the words stdout and the HTML report both use."""
+    cal = calibration
+    return (
+        f"thresholds: calibrated per column for {cal['false_alarm_rate']:.0%} false alarms "
+        f"per report on clean windows of the same effective size ({cal['correction']}; "
+        f"{cal['resamples']} windows resampled from the reference); alarm when significant "
+        f"and effect >= {cal['min_effect']:g}; fewer than {cal['min_effective_size']} "
+        "distinct entities: insufficient"
+    )
+
+
+def arm_title(model: str, arm: ArmDrift) -> str:
+    """One arm's (one version's) verdict line, as stdout and the HTML report both say it."""
+    entities = "" if arm.entities is None else f" from {arm.entities} entities"
+    return (
+        f"{model} {arm.arm} v{arm.version}: {arm.verdict} — {arm.rows_tested} of {arm.rows} "
+        f"request(s){entities}, reference {arm.reference_rows} row(s)"
+    )
+
+
+def verdict_banner(model: str, arm: ArmDrift, false_alarm_rate: float) -> list[str]:
+    """What heads the arm's HTML reports: mlpipe's verdict, its alarms and thresholds."""
+    return [
+        arm_title(model, arm),
+        *(f"alarm {arm.arm}: {alarm}" for alarm in arm.alarms),
+        thresholds_text(calibration_statement(false_alarm_rate)),
+        "mlpipe's verdict above decides. Evidently's figures below are for reference: its "
+        "column tests use mlpipe's calibrated thresholds and say whether a shift is "
+        f"significant; a significant shift alarms when its effect is >= {MIN_EFFECT:g}.",
+    ]
+
+
 def _null_folder(settings: Settings) -> Path:
     return settings.state_path / "monitor" / "drift-null"
 
@@ -304,7 +337,8 @@ def _arm_result(
         _add_rate_test(result, win, ref.positive_rate, len(ref.frame), plan)
     result.quality = _judge_quality(settings, model, result, win)
     result.verdict = _arm_verdict(result, share)
-    _save_reports(result, snapshot, out_dir, name or arm)
+    banner = verdict_banner(model, result, rate)
+    _save_reports(result, snapshot, out_dir, name or arm, banner)
     return result
 
 
@@ -460,17 +494,19 @@ def _arm_verdict(result: ArmDrift, threshold: float) -> DriftOutcome:
     return "no_data"
 
 
-def _save_reports(result: ArmDrift, snapshot: Any, out_dir: Path, name: str) -> None:
+def _save_reports(
+    result: ArmDrift, snapshot: Any, out_dir: Path, name: str, banner: list[str]
+) -> None:
     """Evidently's HTML + JSON of the arm's version, as ``name`` (and of its quality, where
-    labels arrived)."""
+    labels arrived), each page led by ``banner``."""
     if snapshot is not None:
         html, js = out_dir / f"{name}.html", out_dir / f"{name}.json"
-        write_evidently_html(snapshot, html)
+        write_evidently_html(snapshot, html, banner)
         snapshot.save_json(str(js))
         result.html, result.json = str(html), str(js)
     quality_snapshot = (result.quality or {}).pop("_snapshot", None)
     if quality_snapshot is not None:
-        write_evidently_html(quality_snapshot, out_dir / f"{name}-quality.html")
+        write_evidently_html(quality_snapshot, out_dir / f"{name}-quality.html", banner)
         quality_snapshot.save_json(str(out_dir / f"{name}-quality.json"))
 
 

@@ -23,6 +23,28 @@ from mlpipe.errors import MlpipeError
 # json.dumps writes no raw newline, so a client value can neither end nor add a line.
 _DATA_LINE = re.compile(r"^(\s*var [A-Za-z_$][\w$]* = )(.+);$")
 _JSON_HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
+# Evidently's drift words, as JSON text, and what they mean where mlpipe set the thresholds:
+# a column past its calibrated threshold is a significant shift, which alarms only with an
+# effect past the minimum (the verdict at the top of the page says which did).
+_RELABEL = (
+    (re.compile(r'"Detected"'), '"significant"'),
+    (re.compile(r'"Not Detected"'), '"not significant"'),
+    (re.compile(r'"title": "Data Drift"'), '"title": "Shift (calibrated threshold)"'),
+    (
+        re.compile(r"Dataset Drift is (NOT )?detected\. Dataset drift detection threshold is "),
+        "Share of significant shifts vs mlpipe's drift share threshold (the verdict is "
+        "mlpipe's, at the top of the page): ",
+    ),
+    (re.compile(r"Drift is detected for "), "Significant shift in "),
+    (re.compile(r"Value Drift for column "), "Significant shift in column "),
+    (re.compile(r"Share of Drifted Columns"), "Share of significantly shifted columns"),
+    (re.compile(r'"Drifted Columns"'), '"Significantly shifted columns"'),
+    (re.compile(r"Target: 'target\\u2019"), "Target: the outcomes loaded"),
+)
+_BANNER_STYLE = (
+    "font-family:sans-serif;margin:1em;padding:1em;border:2px solid #333;"
+    "background:#fffbe6;overflow-wrap:anywhere"
+)
 
 _STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
@@ -93,13 +115,34 @@ def escape_evidently_data(page: str) -> str:
             break
         match = _DATA_LINE.match(line)
         if match:
-            lines[i] = f"{match.group(1)}{_escape_json(match.group(2))};"
+            lines[i] = f"{match.group(1)}{_escape_json(_relabel(match.group(2)))};"
             escaped += 1
     if not escaped:
         raise MlpipeError("Evidently's HTML has no data block where expected: report not written")
     return "\n".join(lines)
 
 
-def write_evidently_html(snapshot: Any, path: Path) -> None:
-    """Write an Evidently snapshot's standalone HTML to ``path``, its embedded data escaped."""
-    path.write_text(escape_evidently_data(snapshot.get_html_str(as_iframe=False)), "utf-8")
+def _relabel(data: str) -> str:
+    for pattern, words in _RELABEL:
+        data = pattern.sub(words, data)
+    return data
+
+
+def with_banner(page: str, banner: Sequence[str]) -> str:
+    """``page`` with ``banner`` (a headline, then lines), escaped, first in its ``<body>``."""
+    if not banner:
+        return page
+    head, *rest = banner
+    lines = "".join(f"<p>{escape(line)}</p>" for line in rest)
+    block = f"<div id='mlpipe-verdict' style='{_BANNER_STYLE}'><h2>{escape(head)}</h2>{lines}</div>"
+    before, body, after = page.partition("<body>")
+    if not body:
+        raise MlpipeError("Evidently's HTML has no <body>: report not written")
+    return f"{before}{body}\n{block}{after}"
+
+
+def write_evidently_html(snapshot: Any, path: Path, banner: Sequence[str] = ()) -> None:
+    """Write an Evidently snapshot's standalone HTML to ``path``, its embedded data escaped and
+    its drift words relabelled as mlpipe judges them, led by ``banner`` (mlpipe's verdict)."""
+    page = escape_evidently_data(snapshot.get_html_str(as_iframe=False))
+    path.write_text(with_banner(page, banner), "utf-8")

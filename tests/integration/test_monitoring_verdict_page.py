@@ -1,0 +1,88 @@
+"""One verdict everywhere: the HTML drift report, rendered in headless Chromium, leads with the
+verdict, alarms and thresholds the CLI prints, and Evidently's own drift words never contradict
+it (issue 28, item 4), on a clean, a drifted and a quality-failing window.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.integration import test_quality_baseline as qb
+
+pytestmark = pytest.mark.integration
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _rendered_text(page: Path, profile: Path) -> str:
+    """The page's text after its scripts ran, one line per element."""
+    run = subprocess.run(
+        [
+            str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    dom = re.sub(r"<(script|style)\b.*?</\1>", "", run.stdout, flags=re.S)
+    lines = html.unescape(re.sub(r"<[^>]+>", "\n", dom)).splitlines()
+    return "\n".join(line.strip() for line in lines if line.strip())
+
+
+def _window(kind: str, rows: int = 1500) -> tuple[np.ndarray, np.ndarray]:
+    frame = qb._frame(rows, 7)
+    x = frame[qb.INPUTS].to_numpy()
+    labels = frame["label"].to_numpy()
+    if kind == "drifted":  # inputs moved, labels as the same world gives them: no quality loss
+        x = x + np.array([1.5, 0.0])
+        p = 1 / (1 + np.exp(-(2.5 * x[:, 0] - 1.5 * x[:, 1])))
+        labels = np.random.default_rng(5).uniform(0, 1, rows) < p
+    if kind == "quality":
+        labels = np.random.default_rng(3).uniform(0, 1, rows) < labels.mean()
+    return x, labels
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+@pytest.mark.parametrize(
+    ("kind", "verdict"), [("clean", "ok"), ("drifted", "drift"), ("quality", "quality")]
+)
+def test_the_html_verdict_is_the_cli_verdict(
+    settings: Any, cli: Any, tmp_path: Path, kind: str, verdict: str
+) -> None:
+    version = qb._register(settings, settings.home)
+    x, labels = _window(kind)
+    qb._traffic(settings, version, labels, x)
+    args = ["monitor", "drift", "fraud", "--window", "1h", "--arm", "champion"]
+    printed = cli(*args, "--json")
+    data = json.loads(printed.stdout)
+    (arm,) = data["arms"]
+    assert (data["verdict"], arm["verdict"]) == (verdict, verdict), printed.stderr
+    shown = cli(*args).stdout
+    for alarm in arm["alarms"]:
+        assert f"alarm champion: {alarm}" in shown
+
+    pages = [Path(arm["html"])]
+    if kind == "quality":
+        pages.append(Path(arm["html"]).with_name("champion-quality.html"))
+    for page in pages:
+        text = _rendered_text(page, tmp_path / "profile")
+        head = text.splitlines()[0]
+        assert head.startswith(f"fraud champion v{version}: {verdict} — 1500 of 1500 request(s)")
+        assert [line for line in text.splitlines() if line.startswith("alarm ")] == [
+            f"alarm champion: {alarm}" for alarm in arm["alarms"]
+        ]
+        assert "thresholds: calibrated per column for 1% false alarms" in text
+        # Evidently's own drift words, which could say the opposite of the verdict, are gone.
+        assert "Dataset Drift is" not in text
+        assert not re.search(r"^(Not )?Detected$", text, flags=re.M)
+        assert "Target: 'target" not in text
