@@ -127,7 +127,9 @@ def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
 
 
 def _insert_generic(conn: Connection, table: pa.Table) -> int:
-    # Portable path (PostgreSQL): filter known keys, then executemany in chunks.
+    # Portable path: filter known keys, then executemany in chunks (PostgreSQL: COPY).
+    if conn.dialect.name == "postgresql":
+        return _insert_postgres(conn, table)
     rows: dict[tuple[str, ...], dict[str, object]] = {}
     for r in table.to_pylist():
         rows.setdefault(_key_of(r), r)  # the first row of a key, as on DuckDB
@@ -137,6 +139,38 @@ def _insert_generic(conn: Connection, table: pa.Table) -> int:
     for start in range(0, len(fresh), 5000):
         conn.execute(_schema.predictions.insert(), fresh[start : start + 5000])
     return len(fresh)
+
+
+def _insert_postgres(conn: Connection, table: pa.Table) -> int:
+    """COPY the rows (as CSV, written by Arrow) into a temporary table, then insert the keys
+    ``predictions`` lacks in one statement: ~20 × executemany's rate (``bench.kafka``).
+
+    ``ON CONFLICT DO NOTHING`` keeps the first row of a key the batch repeats, as
+    on DuckDB, and a key already loaded. Returns the rows inserted.
+    """
+    import io
+
+    import pyarrow.csv as pacsv
+
+    cols = ", ".join(COLUMNS)
+    data = io.BytesIO()
+    pacsv.write_csv(table.select(COLUMNS), data, pacsv.WriteOptions(include_header=False))
+    raw = conn.connection.driver_connection
+    assert raw is not None, "the connection is closed"
+    with raw.cursor() as cur:
+        cur.execute(
+            "CREATE TEMPORARY TABLE _mlpipe_incoming (LIKE predictions INCLUDING DEFAULTS) "
+            "ON COMMIT DROP"
+        )
+        with cur.copy(f"COPY _mlpipe_incoming ({cols}) FROM STDIN (FORMAT csv)") as copy:
+            copy.write(data.getvalue())
+        cur.execute(
+            f"INSERT INTO predictions ({cols}) SELECT {cols} FROM _mlpipe_incoming "
+            "ON CONFLICT DO NOTHING"
+        )
+        inserted = cur.rowcount
+        cur.execute("DROP TABLE _mlpipe_incoming")
+    return max(0, inserted)
 
 
 def _key_of(row: dict[str, object]) -> tuple[str, ...]:
