@@ -47,8 +47,10 @@ _BANNER_STYLE = (
 )
 
 _STYLE = (
-    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f4f4f4}"
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0;"
+    "table-layout:fixed;width:100%;display:block;overflow-x:auto}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;overflow-wrap:anywhere;"
+    "word-wrap:break-word}th{background:#f4f4f4}"
 )
 
 
