@@ -6,7 +6,9 @@ The outermost of mlpipe's layers inside BentoML's app (the order is in
 
 - the key comes from ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``; a
   missing, malformed, unknown, wrong or revoked key gets the same 401 body
-  (``WWW-Authenticate: Bearer``) after the same constant-time work;
+  (``WWW-Authenticate: Bearer``) after the same constant-time work, and
+  ``Connection: close``: its body is never read, and a client without a key
+  has no connection worth keeping (issue 29, item 2);
 - the tenant's token bucket is taken; an empty one gets 429 with ``Retry-After``;
 - ``scope["state"]["tenant"]`` and ``["pin"]`` (the arm the tenant is pinned
   to, or None) are set, which the gateway copies into the request: the tenant
@@ -30,7 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.security import TenantDirectory, rate_limiter, retry_after, tenant_store
-from mlpipe.serving._asgi import ASGIApp, Receive, Scope, Send, send_json
+from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Receive, Scope, Send, send_json
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -88,7 +90,8 @@ class AuthGateway:
         tenant = d.authenticate(_key_from(scope["headers"]))
         if tenant is None:
             self.metrics.auth_rejected.inc()
-            await _reply(scope, send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+            extra = [(b"www-authenticate", b"Bearer"), CONNECTION_CLOSE]
+            await _reply(scope, send, 401, UNAUTHORIZED, extra)
             return
         wait = self.limiter.take(tenant.name, tenant.rate, tenant.burst)
         if wait > 0:

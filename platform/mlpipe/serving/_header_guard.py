@@ -11,9 +11,12 @@ that never completes its first request head is never closed (issue 23, item 4).
 ``max_bytes`` it answers 431 and closes. A head must be complete ``timeout_s``
 after the connection opened or its first byte arrived: otherwise the connection
 is closed, with 408 if part of a head came. Bodies are the intake's (413, 408:
-:class:`~mlpipe.serving.RequestIntake`). The guard is the same parser with a
-few integer operations per read; uvicorn's ``h11`` protocol, which has a size
-bound, parses in pure Python (decision 025).
+:class:`~mlpipe.serving.RequestIntake`); a response sent before its request's
+body has all come (a refusal that did not read it) closes the connection, so
+what the client sends after it is never read as a body with no timer running.
+The guard is the same parser with a few integer operations per read;
+uvicorn's ``h11`` protocol, which has a size bound, parses in pure Python
+(decision 025).
 """
 
 from __future__ import annotations
@@ -76,6 +79,16 @@ class HeadGuard(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._expect_head()  # whatever comes next on this connection is a new head
+
+    def on_response_complete(self) -> None:
+        # Answered before its body had all come (a refusal that read none of it: 401, 413,
+        # 415, 429, 503): the rest would be read as that body with no timer running (its
+        # next byte cancels uvicorn's keep-alive timer and no head is expected), so a
+        # client could hold the connection for ever. Close it (issue 29, item 2).
+        cycle = self.cycle
+        if cycle.more_body and cycle.response_complete and not self.transport.is_closing():
+            self.transport.close()
+        super().on_response_complete()
 
     def _expect_head(self) -> None:
         self._head_bytes = 0

@@ -5,7 +5,8 @@ reads a body (the Open Inference Protocol layer, the gateway, BentoML). For
 every HTTP request that carries a body (``POST``, ``PUT``, ``PATCH``, or any
 request with a ``Content-Length`` or ``Transfer-Encoding``), on every path:
 
-- a ``Content-Type`` that is not JSON gets 415. Absent, ``application/json``
+- a ``Content-Type`` that is not JSON gets 415 (with ``Connection: close``,
+  as every refusal here: the body is left unread). Absent, ``application/json``
   and ``application/*+json`` (parameters allowed) pass; so does
   ``application/octet-stream`` on a ``/v2`` path with
   ``Inference-Header-Content-Length`` (Triton's binary tensor extension, which
@@ -71,7 +72,7 @@ class RequestIntake:
             (p for t in types if (p := _content_type_problem(scope["path"], t, headers))), None
         )
         if problem is not None:
-            await refuse(send, error_body(problem, 415))
+            await refuse(send, error_body(problem, 415), [CONNECTION_CLOSE])
             return
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -83,7 +84,8 @@ class RequestIntake:
             await refuse(send, error_body(message, 408), [CONNECTION_CLOSE])
             return
         if body is None:
-            await refuse(send, error_body(f"body over {self.max_body_bytes} bytes", 413))
+            message = f"body over {self.max_body_bytes} bytes"
+            await refuse(send, error_body(message, 413), [CONNECTION_CLOSE])
             return
         await self.app(scope, _replay(body, receive), send)
 
