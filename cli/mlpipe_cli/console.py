@@ -29,6 +29,11 @@ def error(message: str) -> None:
 
 # C0 controls but the newline, DEL and C1 controls: shown as \xNN, never sent to the terminal.
 _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7F, 0xA0)] if c != 0x0A}
+# Zero-width and bidirectional formatting characters: shown as \uNNNN, so a value cannot
+# hide in a table or reorder what follows it (issue 29, item 12; the gateway refuses them
+# in ids and entity values, but older rows, reports and other columns may hold them).
+_INVISIBLE = [*range(0x200B, 0x2010), *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0xFEFF]
+_CONTROLS.update({c: f"\\u{c:04x}" for c in _INVISIBLE})
 
 
 def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:

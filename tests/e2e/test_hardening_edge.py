@@ -40,6 +40,16 @@ HEAD_TIMEOUT_S = 1.5
 GOOD = {"model": "fraud", "entity": {}, "features": {"amount": 80.0, "n_items": 3}}
 
 
+def _infer_body(rows: int, request_id: str) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "inputs": [
+            {"name": "amount", "datatype": "FP64", "shape": [rows], "data": [80.0] * rows},
+            {"name": "n_items", "datatype": "FP64", "shape": [rows], "data": [3.0] * rows},
+        ],
+    }
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     from mlpipe import security
@@ -137,16 +147,6 @@ def test_a_request_answered_whole_keeps_its_connection(served: Any) -> None:
 # -- item 8: a big /v2 request does not hold the worker's loop --
 
 ROWS = 1024
-
-
-def _infer_body(rows: int, request_id: str) -> dict[str, Any]:
-    return {
-        "id": request_id,
-        "inputs": [
-            {"name": "amount", "datatype": "FP64", "shape": [rows], "data": [80.0] * rows},
-            {"name": "n_items", "datatype": "FP64", "shape": [rows], "data": [3.0] * rows},
-        ],
-    }
 
 
 def test_small_requests_are_answered_while_big_infer_requests_are_scored(served: Any) -> None:

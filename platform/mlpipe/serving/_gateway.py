@@ -55,7 +55,7 @@ from mlpipe.serving._asgi import (
     read_body,
 )
 from mlpipe.serving._error_bodies import error_body, error_for
-from mlpipe.serving._ids import new_request_id
+from mlpipe.serving._ids import invisible_character_problem, new_request_id
 from mlpipe.serving._refusal import refuse
 from mlpipe.serving._runtime import ServingRuntime
 from mlpipe.serving._schema import (
@@ -126,7 +126,8 @@ def admit(
 ) -> PredictRequest:
     """``req`` ready for a batch, or :class:`Refused`: the gateway's checks, in one place.
 
-    A control character in a string the log keeps is 400; not ready is 503; a
+    A control character in a string the log keeps is 400, a zero-width or
+    bidirectional formatting one in an id or entity value 422; not ready is 503; a
     model not served here is 404; a missing input or a join key outside its
     entity's type is 422 naming the field. The admitted request gets its
     ``request_id`` (if absent), ``received_ns`` (when the intake saw it, else
@@ -135,6 +136,9 @@ def admit(
     problem = control_character_problem(req)
     if problem is not None:
         raise Refused(error_body(problem[1], 400, problem[0]))
+    problem = invisible_character_problem(req)
+    if problem is not None:
+        raise Refused(error_body(problem[1], 422, problem[0]))
     if rt is None or not rt.ready:
         raise Refused(error_body("not ready: models still loading", 503))
     try:

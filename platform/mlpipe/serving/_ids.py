@@ -1,9 +1,22 @@
-"""Names on the request path: a new request's id, and this worker's in segment file names."""
+"""Names on the request path: a new request's id, this worker's in segment file names, and
+the characters an id or entity value may not hold."""
 
 from __future__ import annotations
 
 import os
+import re
 import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlpipe.serving._schema import PredictRequest
+
+# Zero-width and bidirectional formatting characters (issue 29, item 12): invisible, or
+# they reorder what follows, so an id holding one shows in a table or a report as another.
+# U+200B-U+200F (zero-width space, joiners, LRM, RLM), U+202A-U+202E (embeddings,
+# overrides), U+2066-U+2069 (isolates), U+FEFF (zero-width no-break space, BOM).
+INVISIBLE_CHARACTERS = "\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff"
+_INVISIBLE = re.compile(f"[{INVISIBLE_CHARACTERS}]")
 
 
 def new_request_id() -> str:
@@ -16,4 +29,24 @@ def worker_id() -> str:
     return f"w{os.getpid()}"
 
 
-__all__ = ["new_request_id", "worker_id"]
+def invisible_character_problem(req: PredictRequest) -> tuple[str, str] | None:
+    """(field, message) for a zero-width or bidirectional formatting character in the
+    request id or an entity's name or string value, or None.
+
+    Those strings are logged, routed on and shown in CLI tables and reports, where
+    such a character makes one id look like another; the gateway refuses it (422).
+    """
+    strings = [("request_id", req.request_id or "")]
+    for key, value in req.entity.items():
+        strings.append((f"entity.{key}", key))
+        if isinstance(value, str):
+            strings.append((f"entity.{key}", value))
+    for field, text in strings:
+        found = None if text.isascii() else _INVISIBLE.search(text)  # ASCII: the usual id
+        if found is not None:
+            char = f"U+{ord(found.group()):04X}"
+            return field, f"{field}: invisible or bidirectional character {char} not allowed"
+    return None
+
+
+__all__ = ["INVISIBLE_CHARACTERS", "invisible_character_problem", "new_request_id", "worker_id"]

@@ -62,3 +62,17 @@ def test_warehouse_query_prints_logged_values_as_text_not_terminal_codes(
     assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b[2J\\x07" in out
     assert "[bold]b[/bold]" in out
+
+
+def test_warehouse_query_shows_bidi_and_zero_width_characters_escaped(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A right-to-left override or a zero-width space would make one logged id look like
+    another in a table: each prints as ``\\uNNNN`` (issue 29, item 12)."""
+    chars = [0x200B, 0x200F, 0x202A, 0x202E, 0x2066, 0x2069, 0xFEFF]
+    sql = f"SELECT 'id' || chr(c) || 'x' AS v FROM unnest({chars}) AS t(c)"
+    code, out, err = mlpipe(monkeypatch, capsys, "warehouse", "query", sql)
+    assert code == 0, err
+    for c in chars:
+        assert chr(c) not in out
+        assert f"id\\u{c:04x}x" in out
