@@ -25,6 +25,7 @@ from mlpipe.serving import (
     Batcher,
     InflightBoard,
     PredictRequest,
+    ReadyBoard,
     ServingRuntime,
     bind_once,
     build_app_inside,
@@ -75,7 +76,9 @@ class Scoring:
 
     def __init__(self) -> None:
         _share_inflight()
-        self.runtime = ServingRuntime(settings).start()
+        self.runtime = ServingRuntime(settings)
+        _share_readiness(self.runtime)
+        self.runtime.start()
         set_current(self.runtime)
         bind_once(self, "predict")
 
@@ -100,8 +103,9 @@ class Scoring:
         return pipeline.predict_batch(requests)
 
     def __is_ready__(self) -> bool:
-        """True, or ``/readyz`` answers 503 saying why: loading, a model it cannot load
-        (named, with the reason), or saturated. BentoML's own 503 names no reason, so
+        """True, or ``/readyz`` answers 503 saying why: loading (this worker or, with
+        several, another: :func:`_share_readiness`), a model it cannot load (named, with
+        the reason), or saturated. BentoML's own 503 names no reason, so
         the reason goes in an HTTPException, which Starlette answers as plain text."""
         problem = self.runtime.readiness_problem()
         if problem is None and admission.saturated():
@@ -129,6 +133,22 @@ def _share_inflight() -> None:
     path = settings.state_path / "serving" / f"inflight-{_s.host}-{_s.port}"
     board = InflightBoard(path, workers=_s.workers, worker=worker, server_pid=os.getppid())
     admission.share_with_workers(board)
+
+
+def _share_readiness(runtime: ServingRuntime) -> None:
+    """With several workers, be ready only once all of them are (:class:`ReadyBoard`).
+
+    Whichever worker takes a connection answers ``/readyz``: per worker, the port
+    said 200 while a sibling still loading refused requests with 503 for about a
+    second after a start (issue 29, item 10). Named as the inflight board is.
+    """
+    worker = bentoml.server_context.worker_index
+    if _s.workers < 2 or worker is None:
+        return
+    path = settings.state_path / "serving" / f"ready-{_s.host}-{_s.port}"
+    runtime.share_readiness(
+        ReadyBoard(path, workers=_s.workers, worker=worker, server_pid=os.getppid())
+    )
 
 
 for cls, kwargs in request_stack(

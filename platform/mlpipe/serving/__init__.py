@@ -8,7 +8,7 @@ without a server. The order of the middleware, and why, is in
 
 from typing import TYPE_CHECKING, Any
 
-from mlpipe.serving._admission import Admission, InflightBoard
+from mlpipe.serving._admission import Admission, InflightBoard, ReadyBoard
 from mlpipe.serving._auth import (
     DEFAULT_TENANT,
     UNAUTHORIZED,
@@ -22,7 +22,7 @@ from mlpipe.serving._generations import READY_LOG, GenerationLoader, ServingMode
 from mlpipe.serving._intake import RequestIntake
 from mlpipe.serving._metrics import ServingMetrics, serving_metrics
 from mlpipe.serving._oip import InferenceProtocol
-from mlpipe.serving._overload import FrontDoor, OverloadGate
+from mlpipe.serving._overload import FrontDoor, OverloadGate, ReadinessGate
 from mlpipe.serving._pipeline import ScoringPipeline
 from mlpipe.serving._runtime import ServingRuntime, current, set_current
 from mlpipe.serving._schema import PredictRequest, PredictResponse
@@ -89,6 +89,8 @@ __all__ = [
     "PredictGateway",
     "PredictRequest",
     "PredictResponse",
+    "ReadinessGate",
+    "ReadyBoard",
     "RequestIntake",
     "ScoringPipeline",
     "ScoringProcess",

@@ -66,6 +66,29 @@ class InflightBoard:
         return sum(self._slots.unpack_from(self._map, 8))
 
 
+class ReadyBoard(InflightBoard):
+    """Which of one server's workers have loaded their models: a slot each in a shared file.
+
+    Workers share one listening socket, so ``/readyz`` is answered by whichever
+    worker takes the connection; a worker answers 200 only once every worker
+    has marked itself loaded here, so the port's answer holds for all of them
+    (issue 29, item 10). A worker's slot is cleared when it opens the board, so
+    a worker that replaces a crashed one (same slot) is loading until it says so.
+    """
+
+    def __init__(self, path: Path, *, workers: int, worker: int, server_pid: int) -> None:
+        super().__init__(path, workers=workers, worker=worker, server_pid=server_pid)
+        self.publish(0)
+
+    def mark_loaded(self) -> None:
+        """This worker has loaded (or refused) every deployed model."""
+        self.publish(1)
+
+    def loading(self) -> int:
+        """How many of the server's workers have not marked themselves loaded."""
+        return self.workers - self.total()
+
+
 def _remove_boards_of_exited_servers(directory: Path, *, keep: Path) -> None:
     for other in directory.iterdir():
         if other == keep:
@@ -133,4 +156,4 @@ class Admission:
         return f"overloaded: {self.limit} requests in flight{per}"
 
 
-__all__ = ["Admission", "InflightBoard"]
+__all__ = ["Admission", "InflightBoard", "ReadyBoard"]

@@ -8,12 +8,17 @@ requests needed and goodput collapsed (decision 009).
 
 - :class:`FrontDoor` wraps the whole app, before anything else runs, and
   refuses a scoring request (``/predict``, ``/v2/models/…/infer``) while the
-  worker is saturated or its models are still loading. It holds no slot.
+  worker is saturated. It holds no slot.
+- :class:`ReadinessGate` sits just inside the auth layer and refuses a scoring
+  request while the worker's models are still loading: after authentication,
+  so a client without a key gets 401 whatever the worker's state, never a 503
+  that tells it the server is starting (issue 29, item 10).
 - :class:`OverloadGate` sits after the intake, so a client still sending its
   body holds nothing; it counts the requests in flight and refuses the few
   that pass the front door in the same instant as the last free slot is taken.
 
-Both decide on the worker's one :class:`~mlpipe.serving.Admission`.
+The front door and the gate decide on the worker's one
+:class:`~mlpipe.serving.Admission`.
 
 A refusal is 503 with a JSON body and ``Retry-After``. While the worker is
 still loading (say it just restarted after a crash) it also says
@@ -50,30 +55,35 @@ def _is_scoring(scope: Scope) -> bool:
 
 
 class FrontDoor:
-    """Refuse scoring requests at once while not ready or saturated; pass everything else."""
+    """Refuse scoring requests at once while saturated; pass everything else."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        admission: Admission,
-        retry_after_s: int = 1,
-        ready: Callable[[], bool] | None = None,
-    ) -> None:
+    def __init__(self, app: ASGIApp, *, admission: Admission, retry_after_s: int = 1) -> None:
         self.app = app
         self.admission = admission
+        self.retry_after = (b"retry-after", str(retry_after_s).encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _is_scoring(scope) and self.admission.saturated():
+            await refuse(send, error_body(self.admission.overloaded(), 503), [self.retry_after])
+            return
+        await self.app(scope, receive, send)
+
+
+class ReadinessGate:
+    """Refuse scoring requests while this worker's models are loading; pass everything else."""
+
+    def __init__(
+        self, app: ASGIApp, *, retry_after_s: int = 1, ready: Callable[[], bool] | None = None
+    ) -> None:
+        self.app = app
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
         self._ready = ready or _runtime_ready
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _is_scoring(scope):
-            if not self._ready():
-                body = error_body("not ready: models still loading", 503)
-                await refuse(send, body, [self.retry_after, CONNECTION_CLOSE])
-                return
-            if self.admission.saturated():
-                await refuse(send, error_body(self.admission.overloaded(), 503), [self.retry_after])
-                return
+        if _is_scoring(scope) and not self._ready():
+            body = error_body("not ready: models still loading", 503)
+            await refuse(send, body, [self.retry_after, CONNECTION_CLOSE])
+            return
         await self.app(scope, receive, send)
 
 
@@ -130,4 +140,4 @@ def _runtime_ready() -> bool:
     return rt is not None and rt.ready
 
 
-__all__ = ["FrontDoor", "OverloadGate"]
+__all__ = ["FrontDoor", "OverloadGate", "ReadinessGate"]

@@ -8,6 +8,7 @@ Starlette in the same process) can validate against the same loaded models.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.predlog import open_sink
@@ -20,6 +21,7 @@ from mlpipe.serving._pipeline import ScoringPipeline
 if TYPE_CHECKING:
     from mlpipe.config import Settings
     from mlpipe.predlog import PredictionSink
+    from mlpipe.serving._admission import ReadyBoard
 
 logger = logging.getLogger("mlpipe.serving")
 
@@ -43,6 +45,7 @@ class ServingRuntime:
         self.pipeline = ScoringPipeline(
             settings, self.loader, self.sink, fetch_features=fetch_features, metrics=self.metrics
         )
+        self._workers: ReadyBoard | None = None
 
     @property
     def ready(self) -> bool:
@@ -53,15 +56,31 @@ class ServingRuntime:
         """Why this worker is not ready (``/readyz`` 503 says it), or None.
 
         Still loading, or a deployed model it cannot load, named with the reason
-        (its requests get 503 with the same words; the other models are served).
+        (its requests get 503 with the same words; the other models are served),
+        or, after :meth:`share_readiness`, another worker of the server still loading.
         Saturation is the service's to add: it holds the admission.
         """
         if not self.loader.ready:
             return "models still loading"
         broken = self.loader.unloadable()
-        if not broken:
-            return None
-        return "; ".join(broken[name].message(name) for name in sorted(broken))
+        if broken:
+            return "; ".join(broken[name].message(name) for name in sorted(broken))
+        board = self._workers
+        if board is not None and (loading := board.loading()):
+            return f"{loading} of the server's {board.workers} workers still loading"
+        return None
+
+    def share_readiness(self, board: ReadyBoard) -> None:
+        """Be ready only once every worker of the server is (:class:`ReadyBoard`): this
+        worker marks itself on the board as soon as its loader is ready."""
+        self._workers = board
+
+        def mark_when_loaded() -> None:
+            while not self.loader.wait_ready(1.0):
+                pass
+            board.mark_loaded()
+
+        threading.Thread(target=mark_when_loaded, name="mlpipe-ready", daemon=True).start()
 
     def start(self) -> ServingRuntime:
         self.loader.start()

@@ -6,9 +6,9 @@ A request meets, in this order (before any of it, the worker's HTTP protocol,
 
 1. :class:`~mlpipe.serving.FrontDoor`, around BentoML's whole app
    (:func:`front_door`). It refuses a scoring request (503) while the worker's
-   models are loading or its :class:`~mlpipe.serving.Admission` is saturated,
-   before anything else runs: a refusal that went through the layers below
-   cost about half a served request, and above saturation those refusals took
+   :class:`~mlpipe.serving.Admission` is saturated, before anything else
+   runs: a refusal that went through the layers below cost about half a
+   served request, and above saturation those refusals took
    the CPU the admitted requests needed (decision 009).
 2. BentoML's own middleware: its metrics (labelled by route, unknown paths as
    ``other``: :class:`~mlpipe.serving._bentoml_patches.RouteMetrics`),
@@ -23,20 +23,24 @@ A request meets, in this order (before any of it, the worker's HTTP protocol,
       429) first, so a request without a key or over its rate reads no body
       and costs nothing below; it names the tenant (and its pinned arm) for
       the log row and routing.
-   b. :class:`~mlpipe.serving.RequestIntake`: before anything reads a body,
+   b. :class:`~mlpipe.serving.ReadinessGate`: 503 (``Connection: close``, so
+      the client reconnects, maybe to a ready worker) for a scoring request
+      while the worker's models are loading; after auth, so a client without
+      a key gets 401, not 503, whatever the worker's state (issue 29, item 10).
+   c. :class:`~mlpipe.serving.RequestIntake`: before anything reads a body,
       on every path: JSON only (415), the size limit (413; the only place it
       is enforced, so it sits above both ``/predict`` and ``/v2``), the whole
       body within the request timeout (408); it stamps the arrival time the
       504 deadline and the logged latency count from.
-   c. :class:`~mlpipe.serving.InferenceProtocol`: ``/v2`` in front of
+   d. :class:`~mlpipe.serving.InferenceProtocol`: ``/v2`` in front of
       ``/predict``. An infer request's rows are checked as the gateway checks
       a ``/predict`` request, charged a token each and scored as one batch by
       the pipeline, all or none (decision 024): nothing below sees them.
-   d. :class:`~mlpipe.serving.OverloadGate`: after the intake, so a client
+   e. :class:`~mlpipe.serving.OverloadGate`: after the intake, so a client
       still sending its body holds no slot; it counts ``/predict`` requests in
       flight on the same :class:`~mlpipe.serving.Admission` as the front door
       and ``/readyz`` (decision 010).
-   e. :class:`~mlpipe.serving.PredictGateway`, innermost: it parses and
+   f. :class:`~mlpipe.serving.PredictGateway`, innermost: it parses and
       validates ``/predict`` (400, 404, 422) and hands it to BentoML's batcher
       directly, not through BentoML's HTTP route (decision 018). Everything else falls
       through to BentoML's routes (``/livez``, ``/readyz``, ``/metrics``, and
@@ -53,7 +57,7 @@ from mlpipe.serving._auth import AuthGateway
 from mlpipe.serving._gateway import Batch, PredictGateway
 from mlpipe.serving._intake import RequestIntake
 from mlpipe.serving._oip import InferenceProtocol
-from mlpipe.serving._overload import FrontDoor, OverloadGate
+from mlpipe.serving._overload import FrontDoor, OverloadGate, ReadinessGate
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -72,17 +76,20 @@ def request_stack(
     admission: Admission,
     batch: Batch,
     span_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
+    ready: Callable[[], bool] | None = None,
 ) -> list[Layer]:
     """mlpipe's layers inside BentoML's app, outermost first (the order in this module's doc).
 
     ``admission`` is the worker's, shared with :func:`front_door` and ``/readyz``;
     ``batch`` answers one request as part of a batch (BentoML's batcher);
     ``span_headers`` gives the tracing headers the gateway adds to an answer
-    when ``serving.tracing`` is on.
+    when ``serving.tracing`` is on; ``ready`` says whether the worker's models are
+    loaded (by default, whether the process's runtime is ready).
     """
     s, r = settings.serving, settings.reliability
     return [
         Layer(AuthGateway, {"settings": settings}),
+        Layer(ReadinessGate, {"retry_after_s": r.retry_after_s, "ready": ready}),
         Layer(
             RequestIntake, {"max_body_bytes": s.max_body_bytes, "timeout_s": s.request_timeout_s}
         ),

@@ -184,6 +184,7 @@ def test_mlpipes_middleware_stand_in_the_stacks_order(service: ModuleType) -> No
     ours = [n for n in names if n in {c.__name__ for c, _ in service.Scoring.middlewares}]
     assert ours == [
         "AuthGateway",
+        "ReadinessGate",
         "RequestIntake",
         "InferenceProtocol",
         "OverloadGate",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mlpipe.serving import Admission, FrontDoor, InflightBoard, OverloadGate
+from mlpipe.serving import Admission, FrontDoor, InflightBoard, OverloadGate, ReadinessGate
 
 
 def _scope(path: str = "/predict") -> dict[str, Any]:
@@ -45,19 +45,20 @@ def _answer(app: Any, path: str = "/predict") -> tuple[int, dict[bytes, bytes], 
 
 
 @pytest.mark.parametrize("path", ["/predict", "/v2/models/fraud/infer"])
-def test_front_door_refuses_scoring_while_not_ready_and_asks_for_a_reconnect(path: str) -> None:
+def test_the_readiness_gate_refuses_scoring_while_not_ready_and_asks_for_a_reconnect(
+    path: str,
+) -> None:
     status, headers, body = _answer(
-        FrontDoor(_must_not_run, admission=Admission(0), retry_after_s=3, ready=lambda: False),
-        path,
+        ReadinessGate(_must_not_run, retry_after_s=3, ready=lambda: False), path
     )
     assert status == 503 and body["status"] == 503
     assert body["error"] == "not ready: models still loading"
     assert headers[b"retry-after"] == b"3" and headers[b"connection"] == b"close"
 
 
-def test_front_door_lets_other_paths_through_while_not_ready() -> None:
+def test_the_readiness_gate_lets_other_paths_through_while_not_ready() -> None:
     for path in ("/readyz", "/metrics", "/v2/models/fraud", "/v2/health/ready"):
-        status, _, _ = _answer(FrontDoor(_ok, admission=Admission(0), ready=lambda: False), path)
+        status, _, _ = _answer(ReadinessGate(_ok, ready=lambda: False), path)
         assert status == 200, path
 
 
@@ -99,9 +100,7 @@ def test_beyond_max_inflight_the_gate_refuses_and_the_front_door_sheds_before_th
         async def send(m: Any) -> None:
             sent.append(m)
 
-        await FrontDoor(stack, admission=admission, ready=lambda: True)(
-            _scope(), _noop_receive, send
-        )
+        await FrontDoor(stack, admission=admission)(_scope(), _noop_receive, send)
         release.set()
         await asyncio.gather(*tasks)
         return full, (sent[0]["status"], dict(sent[0]["headers"]), json.loads(sent[1]["body"]))
@@ -119,7 +118,7 @@ def test_beyond_max_inflight_the_gate_refuses_and_the_front_door_sheds_before_th
 
 def test_front_door_admits_once_a_slot_is_free() -> None:
     admission = Admission(1)  # the bound; nothing in flight
-    status, headers, _ = _answer(FrontDoor(_ok, admission=admission, ready=lambda: True))
+    status, headers, _ = _answer(FrontDoor(_ok, admission=admission))
     assert status == 200 and headers[b"x"] == b"1"
 
 
@@ -184,9 +183,7 @@ def test_shared_the_bound_holds_over_the_server_not_the_worker(tmp_path: Path) -
         await _ok(scope, receive, send)
 
     admission = Admission(2)
-    door = FrontDoor(
-        OverloadGate(app, admission=admission), admission=admission, ready=lambda: True
-    )
+    door = FrontDoor(OverloadGate(app, admission=admission), admission=admission)
     admission.share_with_workers(InflightBoard(path, workers=2, worker=1, server_pid=7))
 
     sibling.publish(3)  # the sibling holds more than its 2: this idle worker still admits

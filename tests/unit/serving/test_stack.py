@@ -18,6 +18,7 @@ from mlpipe.serving import (
     OverloadGate,
     PredictGateway,
     PredictRequest,
+    ReadinessGate,
     RequestIntake,
     front_door,
     request_stack,
@@ -45,10 +46,11 @@ def _built(tmp_path: Path, bottom: Bottom) -> Any:
     settings = load_settings(home=tmp_path, security={"auth": "off"})
     admission = Admission(settings.reliability.max_inflight)
     app: Any = bottom
-    for cls, kwargs in reversed(request_stack(settings, admission=admission, batch=_no_batch)):
+    layers = request_stack(settings, admission=admission, batch=_no_batch, ready=lambda: True)
+    for cls, kwargs in reversed(layers):
         app = cls(app, **kwargs)
     cls, kwargs = front_door(settings, admission)
-    return cls(app, ready=lambda: True, **kwargs)
+    return cls(app, **kwargs)
 
 
 def test_the_layers_and_their_order(tmp_path: Path) -> None:
@@ -57,6 +59,7 @@ def test_the_layers_and_their_order(tmp_path: Path) -> None:
     layers = request_stack(settings, admission=admission, batch=_no_batch)
     assert [cls for cls, _ in layers] == [
         AuthGateway,
+        ReadinessGate,
         RequestIntake,
         InferenceProtocol,
         OverloadGate,
