@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     args = parser.parse_args()
     if args.point == "before_write":
-        _kafka._insert_rows = _dies_on(args.batch, True, _kafka._insert_rows)  # type: ignore[assignment]
+        _kafka._write_batch = _dies_on(args.batch, True, _kafka._write_batch)  # type: ignore[assignment]
     elif args.point == "after_write":
         _kafka._advance = _dies_on(args.batch, False, _kafka._advance)  # type: ignore[assignment]
     else:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -38,14 +38,18 @@ from mlpipe.errors import StoreUnavailable
 from mlpipe.predlog import DECODER, TENANT_HEADER, PredictionRecord
 from mlpipe.warehouse import _engine, _schema
 from mlpipe.warehouse._segments import (
+    _JSON_COLUMNS,
     CANNOT_STORE,
+    COLUMNS,
     NOT_A_RECORD,
     SkippedLine,
     _to_arrow,
+    rows_sql,
     unstorable,
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from sqlalchemy import Connection
 
     from mlpipe.config import Settings
@@ -143,17 +147,37 @@ class _Decoded:
     records: list[PredictionRecord]
     segments: list[str]  # per record: kafka:TOPIC/PARTITION@OFFSET
     quarantine: list[tuple[SkippedLine, bytes]]
-    moves: dict[int, tuple[int | None, int]]  # partition -> (expected position, new position)
 
 
-def _decode(messages: Sequence[Any], topic: str, positions: dict[int, int | None]) -> _Decoded:
-    """The records of a batch of messages, the ones to quarantine, and the positions after them."""
-    out = _Decoded([], [], [], {})
+@dataclass
+class BatchCounts:
+    """What one batch wrote: records loadable, rows added, rows whose request id another
+    request had used, and the records quarantined."""
+
+    read: int = 0
+    loaded: int = 0
+    reused: int = 0
+    quarantined: list[SkippedLine] = field(default_factory=list)
+
+
+def _moves(
+    messages: Sequence[Any], positions: dict[int, int | None]
+) -> dict[int, tuple[int | None, int]]:
+    """Per partition of the batch: (the position expected in the warehouse, the one after)."""
+    moves: dict[int, tuple[int | None, int]] = {}
+    for msg in messages:
+        partition = msg.partition()
+        expected = moves[partition][0] if partition in moves else positions.get(partition)
+        moves[partition] = (expected, msg.offset() + 1)
+    return moves
+
+
+def _decode(messages: Sequence[Any], topic: str) -> _Decoded:
+    """The records of a batch of messages, and the ones to quarantine with the reason."""
+    out = _Decoded([], [], [])
     for msg in messages:
         partition, offset, value = msg.partition(), msg.offset(), msg.value() or b""
         segment = _segment(topic, partition)
-        expected = out.moves[partition][0] if partition in out.moves else positions.get(partition)
-        out.moves[partition] = (expected, offset + 1)
         why, kind = None, NOT_A_RECORD
         try:
             record = DECODER.decode(value)
@@ -167,6 +191,79 @@ def _decode(messages: Sequence[Any], topic: str, positions: dict[int, int | None
         else:
             out.quarantine.append((SkippedLine(segment, offset, why, kind), value))
     return out
+
+
+def _tenant_header(msg: Any) -> bytes | None:
+    for name, value in msg.headers() or ():
+        if name == TENANT_HEADER:
+            return value or b""
+    return None
+
+
+_KAFKA_COLUMNS = _JSON_COLUMNS[:-1] + ", _p: 'INTEGER', _o: 'BIGINT', _h: 'VARCHAR'}"
+
+
+def _row_ok(rows: pa.Table) -> pa.ChunkedArray:
+    """A valid record whose tenant header, if any, names the record's tenant."""
+    import pyarrow.compute as pc
+
+    header = rows.column("_h")
+    tenant_ok = pc.or_kleene(pc.is_null(header), pc.equal(header, rows.column("tenant")))
+    return pc.fill_null(pc.and_kleene(rows.column("ok"), tenant_ok), False)
+
+
+def _load_whole_duckdb(
+    conn: Connection, messages: Sequence[Any], topic: str, now: datetime
+) -> tuple[BatchCounts, list[Any]]:
+    """DuckDB's JSON reader loads the batch as it loads segments (decision 015): the counts,
+    and the messages it did not take, for :func:`_decode` to name or load.
+
+    Each value is written as one line of a temporary file with its partition, offset
+    and tenant header put in front (``_p``, ``_o``, ``_h``), read with the segment
+    reader's strict columns, and checked by the same ``ok`` expression. A batch the
+    reader refuses (a value that is not JSON) goes to :func:`_decode` whole.
+    """
+    import tempfile
+
+    import duckdb
+    import pyarrow.compute as pc
+
+    from mlpipe.warehouse._sync import _insert_duckdb, _reused_ids
+
+    lines, rest = [], []
+    for msg in messages:
+        value = msg.value() or b""
+        if not value.startswith(b"{") or b"\n" in value:
+            rest.append(msg)
+            continue
+        header = _tenant_header(msg)
+        tenant = b"null" if header is None else msgspec.json.encode(header.decode(errors="replace"))
+        lines.append(b'{"_p":%d,"_o":%d,"_h":%s,' % (msg.partition(), msg.offset(), tenant))
+        lines[-1] += value[1:]
+    counts = BatchCounts()
+    if not lines:
+        return counts, rest
+    raw = _engine.duckdb_connection(conn)
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
+        f.write(b"\n".join(lines) + b"\n")
+        f.flush()
+        source = f"read_json($files, format = 'newline_delimited', columns = {_KAFKA_COLUMNS})"
+        quoted = _segment(topic, 0)[: -len("0")].replace("'", "''")
+        sql = rows_sql(source, f"'{quoted}' || _p || '@' || _o", ", _p, _o, _h")
+        try:
+            rows: pa.Table = raw.execute(sql, {"files": [f.name], "now": now}).to_arrow_table()
+        except duckdb.Error:
+            return counts, list(messages)
+    ok = _row_ok(rows)
+    good = rows.filter(ok).select(COLUMNS)
+    refused = rows.filter(pc.invert(ok))
+    bad = set(zip(refused.column("_p").to_pylist(), refused.column("_o").to_pylist(), strict=True))
+    rest += [m for m in messages if (m.partition(), m.offset()) in bad]
+    counts.read = good.num_rows
+    counts.loaded = _insert_duckdb(conn, good) if good.num_rows else 0
+    if counts.loaded < good.num_rows:
+        counts.reused = _reused_ids(conn, good)
+    return counts, rest
 
 
 def _refusal(record: PredictionRecord, headers: Sequence[tuple[str, bytes | None]]) -> str | None:
@@ -217,6 +314,24 @@ def _quarantine(conn: Connection, decoded: _Decoded) -> None:
             for line, raw in decoded.quarantine
         ],
     )
+
+
+def _write_batch(
+    conn: Connection, messages: Sequence[Any], topic: str, on_duckdb: bool
+) -> BatchCounts:
+    """Insert a batch's records and quarantine the rest, in the caller's transaction."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    counts, rest = BatchCounts(), list(messages)
+    if on_duckdb:
+        counts, rest = _load_whole_duckdb(conn, messages, topic, now)
+    decoded = _decode(rest, topic)
+    loaded, reused = _insert_rows(conn, decoded, on_duckdb)
+    _quarantine(conn, decoded)
+    counts.read += len(decoded.records)
+    counts.loaded += loaded
+    counts.reused += reused
+    counts.quarantined.extend(line for line, _ in decoded.quarantine)
+    return counts
 
 
 def _mirror_to_kafka(consumer: Any, topic: str, positions: dict[int, int | None]) -> None:
@@ -339,23 +454,22 @@ class TopicReader:
         """
         if not messages:
             return
-        decoded = _decode(messages, self.topic, self.positions)
+        moves = _moves(messages, self.positions)
         try:
             with self._connect() as conn, conn.begin():
-                loaded, reused = _insert_rows(conn, decoded, self.on_duckdb)
-                _quarantine(conn, decoded)
-                _advance(conn, self.topic, decoded.moves)
+                counts = _write_batch(conn, messages, self.topic, self.on_duckdb)
+                _advance(conn, self.topic, moves)
         except PositionMoved:
             self._seek_to_stored()
             return
-        for partition, (_, new) in decoded.moves.items():
+        for partition, (_, new) in moves.items():
             if partition in self.positions:
                 self.positions[partition] = new
-        result.rows_read += len(decoded.records)
-        result.rows_loaded += loaded
-        result.reused_ids += reused
-        result.skipped.extend(line for line, _ in decoded.quarantine)
-        result.quarantined += len(decoded.quarantine)
+        result.rows_read += counts.read
+        result.rows_loaded += counts.loaded
+        result.reused_ids += counts.reused
+        result.skipped.extend(counts.quarantined)
+        result.quarantined += len(counts.quarantined)
         result.kafka_records += len(messages)
         _mirror_to_kafka(self._consumer, self.topic, self.positions)
 
@@ -452,6 +566,5 @@ def topic_lag(settings: Settings) -> list[PartitionLag]:
     with _engine.read(settings) as conn:
         stored = stored_positions(conn, topic)
     return [
-        PartitionLag.of(topic, p, stored.get(p, 0), low, high)
-        for p, (low, high) in bounds.items()
+        PartitionLag.of(topic, p, stored.get(p, 0), low, high) for p, (low, high) in bounds.items()
     ]

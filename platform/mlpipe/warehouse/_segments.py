@@ -225,6 +225,14 @@ _JSON_COLUMNS = (
     "feature_cache_hit: 'BOOLEAN', prediction_cache_hit: 'BOOLEAN', features_missing: 'JSON', "
     "status: 'VARCHAR', probabilities: 'DOUBLE[]'}"
 )
+# The same record structure for json_transform_strict (a Kafka record's value).
+JSON_STRUCTURE = (
+    '{"request_id": "VARCHAR", "ts": "DOUBLE", "tenant": "VARCHAR", "model": "VARCHAR", '
+    '"version": "VARCHAR", "arm": "VARCHAR", "generation": "INTEGER", "entity_key": "VARCHAR", '
+    '"entity": "JSON", "features": "JSON", "score": "DOUBLE", "label": "INTEGER", '
+    '"latency_ms": "DOUBLE", "feature_cache_hit": "BOOLEAN", "prediction_cache_hit": "BOOLEAN", '
+    '"features_missing": "JSON", "status": "VARCHAR", "probabilities": ["DOUBLE"]}'
+)
 _REQUIRED = (
     "request_id",
     "ts",
@@ -250,6 +258,17 @@ def segments_sql(root: Path) -> str:
     warehouse cannot store (:func:`unstorable`) is a row whose ``ok`` is false.
     """
     prefix = len(root.as_posix()) + 2  # 1-based substr after "<root>/"
+    source = (
+        f"read_json($files, format = 'newline_delimited', columns = {_JSON_COLUMNS}, "
+        "filename = true)"
+    )
+    return rows_sql(source, f"substr(filename, {prefix})")
+
+
+def rows_sql(source: str, segment: str, extra: str = "") -> str:
+    """``predictions`` columns and ``ok`` from ``source``, a relation of the record's fields
+    (typed as :data:`JSON_STRUCTURE`); ``segment`` names each row's origin (an SQL
+    expression), ``extra`` adds select items."""
     valid = " AND ".join(f"{c} IS NOT NULL" for c in _REQUIRED)
     no_nul = f"NOT contains(concat({', '.join(_TEXT_FIELDS)}), chr(0))"
     in_range = f"ts >= {TS_RANGE[0]} AND ts < {TS_RANGE[1]}"
@@ -263,7 +282,7 @@ def segments_sql(root: Path) -> str:
                coalesce(prediction_cache_hit, false) AS prediction_cache_hit,
                coalesce(CAST(features_missing AS VARCHAR), '[]') AS features_missing,
                coalesce(status, 'ok') AS status,
-               substr(filename, {prefix}) AS segment,
+               {segment} AS segment,
                CAST($now AS TIMESTAMP) AS loaded_at,
                CAST(to_json(probabilities) AS VARCHAR) AS probabilities,
                coalesce({valid} AND {no_nul} AND {in_range}
@@ -271,9 +290,8 @@ def segments_sql(root: Path) -> str:
                  AND coalesce(status, 'ok') IN ('ok', 'error', 'timeout')
                  AND starts_with(CAST(features AS VARCHAR), '{{')
                  AND starts_with(CAST(entity AS VARCHAR), '{{'),
-                 false) AS ok
-        FROM read_json($files, format = 'newline_delimited', columns = {_JSON_COLUMNS},
-                       filename = true)
+                 false) AS ok{extra}
+        FROM {source}
     """
 
 
