@@ -49,7 +49,6 @@ from mlpipe.warehouse._segments import (
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from sqlalchemy import Connection
 
     from mlpipe.config import Settings
@@ -203,15 +202,6 @@ def _tenant_header(msg: Any) -> bytes | None:
 _KAFKA_COLUMNS = _JSON_COLUMNS[:-1] + ", _p: 'INTEGER', _o: 'BIGINT', _h: 'VARCHAR'}"
 
 
-def _row_ok(rows: pa.Table) -> pa.ChunkedArray:
-    """A valid record whose tenant header, if any, names the record's tenant."""
-    import pyarrow.compute as pc
-
-    header = rows.column("_h")
-    tenant_ok = pc.or_kleene(pc.is_null(header), pc.equal(header, rows.column("tenant")))
-    return pc.fill_null(pc.and_kleene(rows.column("ok"), tenant_ok), False)
-
-
 def _load_whole_duckdb(
     conn: Connection, messages: Sequence[Any], topic: str, now: datetime
 ) -> tuple[BatchCounts, list[Any]]:
@@ -250,11 +240,13 @@ def _load_whole_duckdb(
         source = f"read_json($files, format = 'newline_delimited', columns = {_KAFKA_COLUMNS})"
         quoted = _segment(topic, 0)[: -len("0")].replace("'", "''")
         sql = rows_sql(source, f"'{quoted}' || _p || '@' || _o", ", _p, _o, _h")
+        # loaded: a valid record whose tenant header, if any, names the record's tenant
+        sql = f"SELECT *, ok AND coalesce(_h IS NULL OR _h = tenant, false) AS keep FROM ({sql})"
         try:
-            rows: pa.Table = raw.execute(sql, {"files": [f.name], "now": now}).to_arrow_table()
+            rows = raw.sql(sql, params={"files": [f.name], "now": now}).to_arrow_table()
         except duckdb.Error:
             return counts, list(messages)
-    ok = _row_ok(rows)
+    ok = rows.column("keep")
     good = rows.filter(ok).select(COLUMNS)
     refused = rows.filter(pc.invert(ok))
     bad = set(zip(refused.column("_p").to_pylist(), refused.column("_o").to_pylist(), strict=True))
