@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,7 +105,8 @@ def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
         "kafka_rps": [round(r["rps"]) for r in by["kafka"]],
         "files_p99_ms": [r["p99_ms"] for r in by["files"]],
         "kafka_p99_ms": [r["p99_ms"] for r in by["kafka"]],
-        "ratio_median": round(sorted(ratios)[len(ratios) // 2], 3),
+        "ratio_median": round(statistics.median(ratios), 3),
+        "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)],
     }
 
 
@@ -117,13 +119,14 @@ def latency(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     store = Path(tempfile.mkdtemp(prefix="mlpipe-bench-wh-")) / "warehouse.duckdb"
     env = {**_kafka_env(bootstrap, topic), "MLPIPE_WAREHOUSE_URL": f"duckdb:///{store}"}
     port = free_port()
-    spec = servers.mlpipe_spec(args.home, port, env, label="kafka-e2e")
+    spec = servers.mlpipe_spec(args.stack, port, env, label="kafka-e2e")
     answered: dict[str, float] = {}
+    refused: list[str] = []  # the first refusal, shown with the figures
     body = mlpipe_bodies(Cases())
     with servers.running(spec, port, args.out / "logs"):
         follower = subprocess.Popen(
             [str(servers.BIN / "mlpipe"), "warehouse", "sync", "--follow"],
-            env={**os.environ, "MLPIPE_HOME": str(args.home), **env},
+            env={**os.environ, "MLPIPE_HOME": str(args.stack), **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -134,9 +137,12 @@ def latency(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
                     time.sleep(max(0.0, start + i * interval - time.monotonic()))
                     payload = json.loads(body(i))
                     payload["request_id"] = f"e2e-{i}"
-                    if client.post("/predict", json=payload, timeout=10).status_code == 200:
+                    response = client.post("/predict", json=payload, timeout=10)
+                    if response.status_code == 200:
                         answered[payload["request_id"]] = time.time()
-            _wait_loaded(args.home, env, len(answered))
+                    elif not refused:
+                        refused.append(f"{response.status_code} {response.text[:200]}")
+            _wait_loaded(args.stack, env, len(answered))
         finally:
             follower.send_signal(signal.SIGTERM)
             follower.wait(timeout=60)
@@ -152,6 +158,7 @@ def latency(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     engine.dispose()
     delays = sorted((loaded[r] - t) * 1000 for r, t in answered.items() if r in loaded)
     return {
+        "first_refusal": refused[0] if refused else None,
         "answered": len(answered),
         "in_warehouse": sum(1 for r in answered if r in loaded),
         "p50_ms": round(delays[len(delays) // 2], 1) if delays else None,
@@ -277,7 +284,7 @@ def table(results: dict[str, Any]) -> str:
             f"| serving c={s['concurrency']}, files: req/s per round | {s['files_rps']} |",
             f"| serving c={s['concurrency']}, Kafka: req/s per round | {s['kafka_rps']} |",
             f"| p99 ms files / Kafka | {s['files_p99_ms']} / {s['kafka_p99_ms']} |",
-            f"| Kafka / files, paired median | {s['ratio_median']} |",
+            f"| Kafka / files, paired median (range) | {s['ratio_median']} ({s['ratio_range']}) |",
         ]
     e = results.get("latency")
     if e:
@@ -301,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     skip = set(args.skip.split(","))
     servers.install_signal_handlers()
-    ensure_home(args.home)
+    args.stack = ensure_home(args.home)  # the demo home the servers run on
     results: dict[str, Any] = {}
     with broker() as bootstrap:
         if "serving" not in skip:

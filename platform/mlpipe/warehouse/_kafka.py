@@ -55,7 +55,6 @@ if TYPE_CHECKING:
     from mlpipe.warehouse._sync import SyncResult
 
 _METADATA_TIMEOUT_S = 10.0
-_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -424,11 +423,13 @@ class TopicReader:
             for p in list(self.positions)
         }
 
-    def poll_batch(self, max_records: int, timeout_s: float = _POLL_S) -> list[Any]:
-        """Up to ``max_records`` messages (errors other than a partition's end raise)."""
+    def poll_batch(self) -> list[Any]:
+        """Up to ``kafka_sync_batch`` messages, waiting up to ``kafka_sync_wait_s`` to fill
+        the batch (errors other than a partition's end raise)."""
         from confluent_kafka import KafkaError
 
-        messages = self._consumer.consume(max_records, timeout=timeout_s)
+        p = self.settings.predlog
+        messages = self._consumer.consume(p.kafka_sync_batch, timeout=p.kafka_sync_wait_s)
         good = []
         for msg in messages:
             err = msg.error()
@@ -494,7 +495,7 @@ def load_topic(settings: Settings, result: SyncResult, notify: _engine.Notify | 
         stall = max(30.0, settings.predlog.kafka_timeout_s * 6)
         progress = time.monotonic()
         while not reader.caught_up(ends):
-            messages = reader.poll_batch(settings.predlog.kafka_sync_batch)
+            messages = reader.poll_batch()
             reader.load(messages, result)
             if messages:
                 progress = time.monotonic()
@@ -520,7 +521,7 @@ def follow(
     try:
         reader.subscribe()
         while not stop():
-            reader.load(reader.poll_batch(settings.predlog.kafka_sync_batch), result)
+            reader.load(reader.poll_batch(), result)
             if on_batch is not None:
                 on_batch(result)
     finally:
