@@ -11,6 +11,11 @@ pair ran within seconds of each other.
 ``--variants default,log-off,reliability.max_inflight=16`` (``default`` is
 the settings as they are; the rest as in ``bench.run``). Writes
 ``bench/results/ab-<timestamp>.json``, ``ab-latest.json`` and ``ab-latest.md``.
+
+``--neighbour-rows 1024`` measures every point twice, alone and (labelled
+``<variant>+oip<rows>``) while a neighbour sends back-to-back Open Inference
+Protocol requests of that many rows to the same server: how much a big ``/v2``
+request slows the small ``/predict`` requests around it (issue 29, item 8).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import contextlib
 import json
 import statistics
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +52,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help="open-loop rates per round: fractions of the baseline's first-round closed "
         "req/s (0.8,1.5) or absolute (400/s)",
+    )
+    p.add_argument(
+        "--neighbour-rows",
+        type=int,
+        default=0,
+        help="also measure each point beside back-to-back /v2 infer requests of this many rows",
     )
     p.add_argument("--home", type=Path, default=RESULTS / "home")
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -84,9 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             rates: list[float] = []
             for r in range(args.rounds):
                 order = args.variants if r % 2 == 0 else args.variants[::-1]
-                for label in order:
+                for label, port, neighbour in _points(order, ports, args.neighbour_rows):
                     before = noise.snapshot()
-                    sample = _closed(ports[label], body, args.concurrency, args.duration)
+                    with neighbour:
+                        sample = _closed(port, body, args.concurrency, args.duration)
                     rows.append(
                         _row("closed", sample, label, r, before, concurrency=args.concurrency)
                     )
@@ -94,17 +107,18 @@ def main(argv: list[str] | None = None) -> int:
                     base = _find(rows, args.variants[0], "closed", 0)
                     rates = _rates(args.open, base["rps"] if base else 0.0)
                 for rate in rates:
-                    for label in order:
+                    for label, port, neighbour in _points(order, ports, args.neighbour_rows):
                         before = noise.snapshot()
-                        sample = loadgen.open_loop(
-                            "127.0.0.1",
-                            ports[label],
-                            "/predict",
-                            body,
-                            rate=rate,
-                            duration_s=args.duration,
-                            warmup_s=OPEN_WARMUP_S,
-                        )
+                        with neighbour:
+                            sample = loadgen.open_loop(
+                                "127.0.0.1",
+                                port,
+                                "/predict",
+                                body,
+                                rate=rate,
+                                duration_s=args.duration,
+                                warmup_s=OPEN_WARMUP_S,
+                            )
                         rows.append(_row("open", sample, label, r, before, rate=rate))
     finally:
         servers.stop_all()
@@ -115,10 +129,59 @@ def main(argv: list[str] | None = None) -> int:
         "duration_s": args.duration,
         "wall_s": round(time.monotonic() - started, 1),
     }
-    text = paired_table(rows, args.variants)
+    labels = [lab for lab, _, _ in _points(args.variants, ports, args.neighbour_rows)]
+    text = paired_table(rows, labels)
     _write(args.out, rows, meta, text)
     print(text)
     return 0
+
+
+def _points(
+    order: list[str], ports: dict[str, int], neighbour_rows: int
+) -> list[tuple[str, int, contextlib.AbstractContextManager[Any]]]:
+    """(label, port, what runs beside it) for each measurement of a round, in order."""
+    out: list[tuple[str, int, contextlib.AbstractContextManager[Any]]] = []
+    for label in order:
+        port = ports.get(label, 0)
+        out.append((label, port, contextlib.nullcontext()))
+        if neighbour_rows:
+            out.append((f"{label}+oip{neighbour_rows}", port, _Neighbour(port, neighbour_rows)))
+    return out
+
+
+class _Neighbour:
+    """Back-to-back ``/v2`` infer requests of ``rows`` rows to ``port``, one at a time."""
+
+    def __init__(self, port: int, rows: int) -> None:
+        self.port, self.rows = port, rows
+        self.statuses: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Neighbour:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        print(f"  neighbour ({self.rows} rows): {self.statuses}", file=sys.stderr, flush=True)
+
+    def _run(self) -> None:
+        import httpx
+
+        n, sent = self.rows, 0
+        url = f"http://127.0.0.1:{self.port}/v2/models/fraud/infer"
+        customers = {"name": "customer_id", "datatype": "INT64", "shape": [n]}
+        customers["data"] = [1 + i % 500 for i in range(n)]
+        with httpx.Client(timeout=60) as client:
+            while not self._stop.is_set():
+                # new amounts every request: the prediction cache must not answer them
+                amounts = [round(10 + (sent * n + i) * 0.01, 2) for i in range(n)]
+                amount = {"name": "amount", "datatype": "FP64", "shape": [n], "data": amounts}
+                status = client.post(url, json={"inputs": [customers, amount]}).status_code
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+                sent += 1
 
 
 def _closed(port: int, body: loadgen.BodyFactory, concurrency: int, seconds: float) -> Any:

@@ -480,6 +480,48 @@ def test_requests_answered_together_fail_together_and_log_nothing(env: Any) -> N
     assert len(env.sink.rows) == 5  # nothing more: none of them was answered
 
 
+def test_rows_scored_in_chunks_are_answered_in_order_and_logged_in_one_write(env: Any) -> None:
+    """An OIP request's rows, ``chunk`` at a time with the loop free between (issue 29,
+    item 8): the same answers as one batch, one store call a chunk, one log write."""
+    import asyncio
+
+    reqs = [_req(i, amount=float(i)) for i in range(10)]
+    whole = env.pipeline.predict_batch(reqs, together=True)
+    env.sink.rows.clear()
+    env.feats.calls.clear()
+    writes: list[int] = []
+    append = env.sink.append
+    env.sink.append = lambda records: (writes.append(len(records)), append(records))
+    ticks: list[int] = []
+
+    async def main() -> list[dict[str, Any]]:
+        async def tick() -> None:  # counts how often the loop got back between chunks
+            while True:
+                ticks.append(1)
+                await asyncio.sleep(0)
+
+        ticker = asyncio.create_task(tick())
+        try:
+            return await env.pipeline.predict_together_async(reqs, chunk=4)
+        finally:
+            ticker.cancel()
+
+    chunked = asyncio.run(main())
+    assert [r["score"] for r in chunked] == pytest.approx([r["score"] for r in whole])
+    assert [r["request_id"] for r in chunked] == [r.request_id for r in reqs]
+    assert env.feats.calls == [4, 4, 2]
+    assert len(ticks) >= 3 and writes == [10] and len(env.sink.rows) == 10
+
+
+def test_rows_scored_in_chunks_fail_together_and_log_nothing(env: Any) -> None:
+    import asyncio
+
+    reqs = [_req(i, amount=CURSED_AMOUNT if i == 9 else 5.0) for i in range(10)]
+    out = asyncio.run(env.pipeline.predict_together_async(reqs, chunk=4))
+    assert {r["status"] for r in out} == {422}  # the last chunk's failure fails the first's
+    assert env.sink.rows == []
+
+
 def test_a_key_the_store_refuses_fails_its_request_alone(env: Any) -> None:
     def fetch(service: str, entities: list[dict[str, Any]]) -> list[Any]:
         if any(e["customer_id"] == 13 for e in entities):
