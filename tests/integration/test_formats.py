@@ -183,3 +183,109 @@ def test_dataset_mismatches_are_one_line_and_register_nothing(home: Path, settin
         registry.register(settings, "m", dataset=data, model_path=home / "named.joblib", label="y")
     assert str(raised.value).startswith("the dataset has no label column 'y' (name it with")
     assert registry.list_models(settings) == []
+
+
+def _column_transformer_project(home: Path) -> tuple[Path, Path, pd.DataFrame, Any]:
+    """A Pipeline(ColumnTransformer(scaled numbers, one-hot strings), LogisticRegression)
+    on a frame with named numeric and string columns, saved as joblib and Parquet."""
+    import joblib
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    rng = np.random.default_rng(3)
+    n = 300
+    frame = pd.DataFrame(
+        {
+            "amount": rng.gamma(2.0, 30.0, n).round(2),
+            "visits": rng.poisson(4, n).astype(float),
+            "city": rng.choice(["lyon", "oslo", "quito"], n),
+            "plan": rng.choice(["free", "pro"], n),
+        }
+    )
+    signal = frame["amount"] / 60 + (frame["city"] == "oslo") + rng.normal(0, 1, n)
+    frame["label"] = (signal > 1.5).astype(int)
+    pipeline = Pipeline(
+        [
+            (
+                "columns",
+                ColumnTransformer(
+                    [
+                        ("numbers", StandardScaler(), ["amount", "visits"]),
+                        ("strings", OneHotEncoder(handle_unknown="ignore"), ["city", "plan"]),
+                    ]
+                ),
+            ),
+            ("model", LogisticRegression(max_iter=500)),
+        ]
+    ).fit(frame.drop(columns="label"), frame["label"])
+    model, data = home / "m.joblib", home / "d.parquet"
+    joblib.dump(pipeline, model)
+    frame.to_parquet(data, index=False)
+    return model, data, frame, pipeline
+
+
+def test_to_onnx_converts_a_column_transformer_pipeline_one_graph_input_per_column(
+    home: Path, settings: Any, cli: Any
+) -> None:
+    """Issue 28 item 7: named numeric and string columns, one input each; the parent's
+    metrics carried; scored as the parent within the recorded tolerance, over serving too."""
+    from mlpipe import deployments
+    from mlpipe.serving import PredictRequest, ServingRuntime
+
+    model, data, frame, pipeline = _column_transformer_project(home)
+    result = cli(
+        "register", "churn", "--model", str(model), "--dataset", str(data), "--to-onnx", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    tags = json.loads(result.stdout)["tags"]
+    assert tags["mlpipe.flavor"] == "onnx" and tags["mlpipe.parent_version"] == "churn/1"
+    parent = registry.show(settings, "churn/1")
+    for key, value in parent.tags.items():
+        if key.startswith("mlpipe.metric.") or key == "mlpipe.metrics_on":
+            assert tags[key] == value
+    assert "mlpipe.metric.auc" in tags
+    delta = float(tags["mlpipe.metric.max_abs_score_delta"])
+    assert delta <= float(tags["mlpipe.convert_tolerance"])
+
+    derived = registry.load_verified(settings, "churn", "2")
+    graph_inputs = [name for name, _ in derived.model.inputs]
+    assert graph_inputs == ["amount", "visits", "city", "plan"]
+    expected = pipeline.predict_proba(frame.drop(columns="label"))[:, 1]
+    scores = derived.predict_scores(derived.inputs_from(frame))
+    assert np.max(np.abs(scores - expected)) <= delta + 1e-12
+
+    deployments.deploy(settings, "churn", "2")
+    runtime = ServingRuntime(settings).start()
+    try:
+        assert runtime.loader.wait_ready(60)
+        row = frame.drop(columns="label").iloc[0].to_dict()
+        request = PredictRequest(model="churn", entity={}, features=row, request_id="r1")
+        (answer,) = runtime.pipeline.predict_batch([request])
+    finally:
+        runtime.close()
+    assert answer["version"] == "2"
+    assert answer["score"] == pytest.approx(float(expected[0]), abs=delta + 1e-9)
+
+
+def test_to_onnx_of_a_model_without_a_converter_is_one_line_and_registers_nothing(
+    home: Path, settings: Any, cli: Any
+) -> None:
+    import joblib
+    import xgboost as xgb
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    data, frame = _dataset(home)
+    pipeline = make_pipeline(StandardScaler(), xgb.XGBClassifier(n_estimators=5, n_jobs=1))
+    joblib.dump(pipeline.fit(frame[FEATURES], frame["label"]), home / "xgb.joblib")
+    args = ("register", "fraud", "--dataset", str(data), "--to-onnx")
+    result = cli(*args[:2], "--model", str(home / "xgb.joblib"), *args[2:])
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: the sklearn model does not convert to ONNX: the ONNX converters have no "
+        "converter for xgboost.sklearn.XGBClassifier"
+    ]
+    assert "initial_types" not in result.stderr and "sklearn-onnx" not in result.stderr
+    assert registry.list_models(settings) == []

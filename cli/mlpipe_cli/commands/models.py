@@ -105,6 +105,16 @@ def register_version(
         )  # fmt: skip
         _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
         return
+    if to_onnx and (model is not None or run is not None):  # the model, then its ONNX version
+        source = registry.register(
+            state.settings(), name, dataset=dataset, model_path=model, run_id=run,
+            feature_service=feature_service, label=label, metrics=_parse_metrics(metric),
+            trust=tuple(trust), to_onnx=True,
+            features=None if features is None else [f.strip() for f in features.split(",")],
+        )  # fmt: skip
+        if not json_out:
+            console.status(f"registered {source.name} version {source.version}")
+        parent = source.version
     if to_onnx:
         info = registry.register_onnx(
             state.settings(), name, dataset=dataset, parent=parent, label=label

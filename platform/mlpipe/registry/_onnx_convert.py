@@ -4,7 +4,11 @@ The conversion uses the maintained converters: ``skl2onnx`` for scikit-learn
 (probabilities as a plain tensor, no ZipMap), ``onnxmltools`` for LightGBM and
 XGBoost (Boosters and their scikit-learn classifiers); a scikit-learn Pipeline
 ending in a LightGBM classifier converts with that converter registered in
-skl2onnx. Inputs are one float32 tensor ``[N, features]``.
+skl2onnx. Inputs are one float32 tensor ``[N, features]``, except for a
+scikit-learn model serving scores on a DataFrame (a ColumnTransformer selecting
+columns by name, string inputs): one input per column, named as the column,
+``[N, 1]`` float32 for a numeric column and string for a string one (the
+``initial_types`` come from the version's input schema).
 
 Every task converts (binary and multiclass classifiers, regressors). The
 converted graph is scored beside its parent on the evaluation dataset, for the
@@ -19,11 +23,14 @@ parent's task (``mlpipe.task``, ``mlpipe.classes``).
 Like a quantized version, the derived version keeps the parent's training
 lineage and adds ``mlpipe.parent_version``, ``mlpipe.parent_artifact_sha256``,
 ``mlpipe.eval_dataset``, ``mlpipe.eval_data_sha256``, and ``mlpipe.convert``
-(``onnx``), ``mlpipe.converter`` (tool and version), ``mlpipe.convert_tolerance``.
+(``onnx``), ``mlpipe.converter`` (tool and version), ``mlpipe.convert_tolerance``,
+and the parent's metrics (``mlpipe.metric.*``, ``mlpipe.metrics_on``) as its quality
+baseline: the graph scores within the tolerance of them.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,9 +40,9 @@ import numpy as np
 from mlpipe.config import Settings
 from mlpipe.errors import CheckFailed, InvalidInput
 from mlpipe.registry import _tags
-from mlpipe.registry._client import first_line
 from mlpipe.registry._derived import lineage_tags, load_parent
 from mlpipe.registry._flavors import FLAVORS
+from mlpipe.registry._input_schema import NUMERIC_KINDS, InputSchema
 from mlpipe.registry._lightgbm_flavor import booster_objective
 from mlpipe.registry._onnx_flavor import OnnxFlavor
 from mlpipe.registry._register import read_dataset, register_model, require_columns, require_label
@@ -77,21 +84,15 @@ def register_onnx(
     require_label(frame, label)
     require_columns(frame, loaded.features)
     task = loaded.task
-    converted, converter = convert_to_onnx(loaded.flavor, loaded.model, len(loaded.features))
-    x = frame[loaded.features].to_numpy(dtype=np.float64)
+    converted, converter = convert_to_onnx(
+        loaded.flavor, loaded.model, len(loaded.features), schema=loaded.input_schema
+    )
+    x = loaded.inputs_from(frame)  # as serving hands rows to the parent (and to the graph)
     parent_scorer = FLAVORS[loaded.flavor]().scorer(loaded.model, task)
-    delta, scale = _deltas(parent_scorer, converted, x, task)
-    checked = delta / scale
-    if not checked <= tolerance:
-        relative = ""
-        if task.task == "regression":
-            relative = f" ({checked:.3g} of its largest prediction)"
-        raise CheckFailed(
-            f"the ONNX conversion of {name}/{parent_version} ({converter}) scores up to "
-            f"{delta:.3g} away from it{relative} on {Path(dataset).name} (tolerance "
-            f"{tolerance:g}); not registered"
-        )
+    what = f"the ONNX conversion of {name}/{parent_version} ({converter})"
+    delta, checked = _checked(parent_scorer, converted, x, task, tolerance, what, Path(dataset))
     tags = lineage_tags(source, Path(dataset))
+    tags.update(_parent_metrics(source.info.tags))
     tags.update(
         {
             _tags.CONVERT: "onnx",
@@ -114,6 +115,63 @@ def register_onnx(
         description=description,
         task=task,
     )
+
+
+def check_conversion(
+    flavor: Any,
+    model: Any,
+    frame: Any,
+    features: list[str],
+    task: TaskSpec,
+    dataset: Path,
+    tolerance: float = TOLERANCE,
+) -> None:
+    """Convert ``model`` (not registered yet) and score it beside the graph on ``frame``:
+    ``register --model M --to-onnx`` calls it before it writes anything. Raises
+    InvalidInput (it does not convert) or CheckFailed (beyond ``tolerance``)."""
+    from mlpipe.registry._dataset_metrics import _as_served
+    from mlpipe.registry._register import _fit_schema
+
+    if flavor.name not in CONVERTIBLE:
+        raise InvalidInput(
+            f"this model is {flavor.name}; --to-onnx converts {', '.join(CONVERTIBLE)} models"
+        )
+    schema, _ = _fit_schema(flavor, model, frame[features], task)
+    converted, converter = convert_to_onnx(flavor.name, model, len(features), schema=schema)
+    x = _as_served(schema, frame[features])
+    what = f"the ONNX conversion of this model ({converter})"
+    _checked(flavor.scorer(model, task), converted, x, task, tolerance, what, dataset)
+
+
+def _checked(
+    parent_scorer: Any,
+    converted: Any,
+    x: Any,
+    task: TaskSpec,
+    tolerance: float,
+    what: str,
+    dataset: Path,
+) -> tuple[float, float]:
+    """The largest |score delta| and the figure checked against ``tolerance`` (relative for
+    a regression); CheckFailed (one line) beyond it."""
+    delta, scale = _deltas(parent_scorer, converted, x, task)
+    checked = delta / scale
+    if not checked <= tolerance:
+        relative = ""
+        if task.task == "regression":
+            relative = f" ({checked:.3g} of its largest prediction)"
+        raise CheckFailed(
+            f"{what} scores up to {delta:.3g} away from it{relative} on {dataset.name} "
+            f"(tolerance {tolerance:g}); not registered"
+        )
+    return delta, checked
+
+
+def _parent_metrics(tags: dict[str, str]) -> dict[str, str]:
+    """The parent's metrics and what they were measured on: the derived version's baseline."""
+    return {
+        k: v for k, v in tags.items() if k.startswith(_tags.METRIC_PREFIX) or k == _tags.METRICS_ON
+    }
 
 
 def max_abs_delta(
@@ -146,23 +204,42 @@ def _deltas(
     return delta, max(float(np.max(np.abs(before))), _SMALLEST_SCALE)
 
 
-def convert_to_onnx(flavor: str, model: Any, n_features: int) -> tuple[Any, str]:
-    """``model`` as an ONNX ModelProto, and the converter that made it (``tool==version``)."""
+def convert_to_onnx(
+    flavor: str, model: Any, n_features: int, *, schema: InputSchema | None = None
+) -> tuple[Any, str]:
+    """``model`` as an ONNX ModelProto, and the converter that made it (``tool==version``).
+
+    ``schema`` (the version's inputs): a scikit-learn model scored on a DataFrame
+    gets one graph input per column. Raises InvalidInput (one line, the
+    converter's own message only as the cause) when the model does not convert.
+    """
     try:
         with warnings.catch_warnings():  # converters warn about opsets and dtypes
             warnings.simplefilter("ignore")
-            return _convert(flavor, model, n_features)
+            return _convert(flavor, model, n_features, schema)
     except ModuleNotFoundError as exc:
         raise InvalidInput(
             f"--to-onnx needs {exc.name}, which is not installed (install mlpipe[formats])"
         ) from exc
     except Exception as exc:  # noqa: BLE001 - converters raise RuntimeError, NameError, …
-        raise InvalidInput(
-            f"the {flavor} model does not convert to ONNX: {type(exc).__name__}: {first_line(exc)}"
-        ) from exc
+        raise InvalidInput(f"the {flavor} model does not convert to ONNX: {_why(exc)}") from exc
 
 
-def _convert(flavor: str, model: Any, n_features: int) -> tuple[Any, str]:
+_NO_CONVERTER = re.compile(r"for type '<class '([\w.]+)'>'")
+
+
+def _why(exc: Exception) -> str:
+    """Why a conversion failed, in mlpipe's words: the converters' messages run to a
+    paragraph of advice about their own API (``initial_types``, registering converters)."""
+    found = _NO_CONVERTER.search(str(exc))
+    if found:
+        return f"the ONNX converters have no converter for {found.group(1)}"
+    return f"the converter failed ({type(exc).__name__}; --debug shows its message)"
+
+
+def _convert(
+    flavor: str, model: Any, n_features: int, schema: InputSchema | None = None
+) -> tuple[Any, str]:
     import onnxmltools
     from onnxmltools.convert.common.data_types import FloatTensorType
 
@@ -174,17 +251,25 @@ def _convert(flavor: str, model: Any, n_features: int) -> tuple[Any, str]:
         model = _canonical_objective(model)
     if flavor == "lightgbm" or type(model).__module__.startswith("lightgbm."):
         return onnxmltools.convert_lightgbm(model, initial_types=inputs, zipmap=False), tool
-    return _convert_sklearn(model, n_features)
+    return _convert_sklearn(model, n_features, schema)
 
 
-def _convert_sklearn(model: Any, n_features: int) -> tuple[Any, str]:
+def _convert_sklearn(
+    model: Any, n_features: int, schema: InputSchema | None = None
+) -> tuple[Any, str]:
     import skl2onnx
-    from skl2onnx.common.data_types import FloatTensorType
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
 
     _register_lightgbm_converter()
+    inputs: list[tuple[str, Any]] = [("input", FloatTensorType([None, n_features]))]
+    if schema is not None and schema.frame:  # scored on a DataFrame: one input per column
+        inputs = [
+            (c.name, (FloatTensorType if c.kind in NUMERIC_KINDS else StringTensorType)([None, 1]))
+            for c in schema.columns
+        ]
     proto = skl2onnx.convert_sklearn(
         model,
-        initial_types=[("input", FloatTensorType([None, n_features]))],
+        initial_types=inputs,
         options={"zipmap": False} if hasattr(model, "predict_proba") else None,
         # ai.onnx.ml 3: what skl2onnx writes, and the most it accepts from onnxmltools' converters
         target_opset={"": skl2onnx.get_latest_tested_opset_version(), "ai.onnx.ml": 3},

@@ -8,7 +8,11 @@ A candidate is an ``onnx.ModelProto`` (read from an ``.onnx`` file or an MLflow
 Inputs and outputs come from the graph:
 
 - inputs: one 2-D tensor takes every feature in order (cast to the tensor's
-  element type); several inputs take one feature each, by name, as ``[N, 1]``;
+  element type); several inputs take one feature each as ``[N, 1]``: by
+  position from a float array, by name from a DataFrame (a version whose
+  inputs include strings is scored on one: ``register --to-onnx`` of a
+  ColumnTransformer pipeline). A string input takes text; a missing value
+  there is refused (the graph has no missing string);
 - output: the scored output is a ``seq(map)`` (scikit-learn's ZipMap) or a
   float tensor, preferring one whose name says ``prob``. Label outputs (integer
   or string tensors) are not scored, but say the graph is a classifier.
@@ -39,7 +43,12 @@ from mlpipe.tasks import ClassLabel, Task, TaskSpec
 ONNX_SUFFIXES = (".onnx",)
 ONNX_FILE = "model.onnx"
 _LABEL_TYPES = ("tensor(int64)", "tensor(string)")
-_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64}
+_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(string)": np.object_,
+}
 
 
 @dataclass(frozen=True)
@@ -162,8 +171,8 @@ def session_model(data: bytes) -> OnnxModel:
     for arg in session.get_inputs():
         if arg.type not in _DTYPES:
             raise InvalidInput(
-                f"the ONNX graph's input {arg.name!r} is {arg.type}; mlpipe feeds numeric "
-                "tensors (float, double, int64) only"
+                f"the ONNX graph's input {arg.name!r} is {arg.type}; mlpipe feeds "
+                "float, double, int64 and string tensors only"
             )
         inputs.append((arg.name, _DTYPES[arg.type]))
     return _with_output(session, inputs)
@@ -190,7 +199,10 @@ def _is_probability(kind: str) -> bool:
     return kind in ("tensor(float)", "tensor(double)") or kind.startswith("seq(map(")
 
 
-def _feeds(graph: OnnxModel, x: np.ndarray) -> dict[str, np.ndarray]:
+def _feeds(graph: OnnxModel, x: Any) -> dict[str, np.ndarray]:
+    columns = getattr(x, "columns", None)
+    if columns is not None and len(graph.inputs) > 1:  # a DataFrame: each input by its name
+        return {name: _column_feed(x, name, dtype) for name, dtype in graph.inputs}
     if len(graph.inputs) == 1:
         name, dtype = graph.inputs[0]
         return {name: np.ascontiguousarray(x, dtype=dtype)}
@@ -200,6 +212,17 @@ def _feeds(graph: OnnxModel, x: np.ndarray) -> dict[str, np.ndarray]:
         name: np.ascontiguousarray(x[:, [i]], dtype=dtype)
         for i, (name, dtype) in enumerate(graph.inputs)
     }
+
+
+def _column_feed(frame: Any, name: str, dtype: Any) -> np.ndarray:
+    if name not in frame.columns:
+        raise InvalidInput(f"the ONNX graph's input {name!r} is no input of this version")
+    values = frame[name]
+    if dtype is not np.object_:
+        return np.ascontiguousarray(values.to_numpy(dtype=dtype).reshape(-1, 1))
+    if values.isna().any():
+        raise InvalidInput(f"features.{name}: the ONNX graph takes no missing string")
+    return values.astype(str).to_numpy(dtype=object).reshape(-1, 1)
 
 
 def _shaped(graph: OnnxModel, out: Any, rows: int, task: Task) -> np.ndarray:

@@ -56,8 +56,13 @@ def register(
     description: str | None = None,
     features: list[str] | None = None,
     task: Task | None = None,
+    to_onnx: bool = False,
 ) -> VersionInfo:
     """Register a new version of ``name`` with full lineage and return it.
+
+    ``to_onnx``: the model must also convert to ONNX within the tolerance (see
+    :func:`check_conversion`; the caller then registers the ONNX version with
+    ``register_onnx``), else nothing is registered.
 
     ``features`` names the model's inputs among the dataset's columns (default:
     the columns the model names, else every column but the label). The task
@@ -88,6 +93,10 @@ def register(
     tags = _lineage_tags(settings, dataset, feature_service, inputs, spec, metrics or {})
     if run_id:
         tags[_tags.SOURCE_RUN] = run_id
+    if to_onnx:
+        from mlpipe.registry._onnx_convert import check_conversion
+
+        check_conversion(flavor, model, frame, inputs, spec, Path(dataset))
     return register_model(
         settings,
         name,
