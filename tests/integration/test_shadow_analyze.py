@@ -104,3 +104,96 @@ def test_a_model_without_logs_or_a_bad_window_is_one_line_exit_2_and_records_not
     bad = cli("shadow", "analyze", "fraud", "--window", "soon")
     assert bad.returncode == 2 and "soon" in bad.stderr and "Traceback" not in bad.stderr
     assert warehouse.list_reports(settings, kind="shadow") == []
+
+
+def _iris_shadow(settings: Any, rows: int) -> tuple[Any, Any, pd.DataFrame]:
+    """Two iris versions with named classes registered; champion v1 and shadow v2 answer the
+    same ``rows`` requests (logged as serving logs them); the species loaded as outcomes."""
+    import joblib
+    from sklearn.datasets import load_iris
+    from sklearn.linear_model import LogisticRegression
+
+    from mlpipe import registry
+
+    bunch = load_iris(as_frame=True)
+    frame = bunch.frame.rename(columns=lambda c: c.replace(" (cm)", "").replace(" ", "_"))
+    frame["target"] = np.asarray(bunch.target_names)[frame["target"].to_numpy()]
+    data = settings.home / "iris.csv"
+    frame.to_csv(data, index=False)
+    inputs = [c for c in frame.columns if c != "target"]
+    fitted = []
+    for c in (1.0, 0.01):  # the shadow: heavily regularised, it blurs versicolor/virginica
+        model = LogisticRegression(C=c, max_iter=2000).fit(frame[inputs], frame["target"])
+        path = settings.home / f"iris-{c}.joblib"
+        joblib.dump(model, path)
+        registry.register(settings, "iris", dataset=data, model_path=path, label="target")
+        fitted.append(model)
+    traffic = frame.sample(rows, replace=True, random_state=0).reset_index(drop=True)
+    now, records = time.time() - 5, []
+    for (arm, version), model in zip((("champion", "1"), ("shadow", "2")), fitted, strict=True):
+        proba = model.predict_proba(traffic[inputs])
+        for i, p in enumerate(proba):
+            records.append(
+                PredictionRecord(
+                    request_id=f"q{i}", ts=now - i * 0.01, tenant="t", model="iris",
+                    version=version, arm=arm, generation=1,  # type: ignore[arg-type]
+                    entity_key=f"id={i % 150}", entity={"id": i % 150},
+                    features={k: float(traffic[k].iloc[i]) for k in inputs},
+                    score=float(p.max()), label=int(p.argmax()), latency_ms=2.0,
+                    probabilities=[float(x) for x in p],
+                )
+            )  # fmt: skip
+    log = settings.predlog_path / "iris.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(b"".join(ENCODER.encode(r) + b"\n" for r in records))
+    warehouse.sync(settings)
+    labels = settings.home / "labels.csv"
+    pd.DataFrame({"request_id": [f"q{i}" for i in range(rows)], "label": traffic["target"]}).to_csv(
+        labels, index=False
+    )
+    warehouse.load_outcomes(settings, labels, tenant="t")
+    return fitted[0], fitted[1], traffic
+
+
+def test_a_multiclass_shadow_with_named_classes_shows_outcomes_classes_and_per_class_figures(
+    home: Path, settings: Any, cli: Any
+) -> None:
+    """Issue 28 item 6: the species as outcomes, class names, agreement and confusion per
+    class, a probability delta per class (no score delta), and a page headed "shadow"."""
+    champion, shadow, traffic = _iris_shadow(settings, 300)
+    result = cli("shadow", "analyze", "iris", "--json")
+    assert result.returncode in (0, 1), result.stdout + result.stderr
+    doc = json.loads(result.stdout)
+    names = ["setosa", "versicolor", "virginica"]
+    assert doc["labelled_requests"] == 300 and doc["score_delta"] == {}
+    checks = {c["name"]: c for c in doc["checks"]}
+    assert checks["accuracy"]["passed"] is not None and "shadow" in checks["accuracy"]
+    assert "canary" not in json.dumps(doc["checks"])
+    inputs = [c for c in traffic.columns if c != "target"]
+    ch_pred = champion.predict(traffic[inputs])
+    sh_pred = shadow.predict(traffic[inputs])
+    assert checks["accuracy"]["champion"] == pytest.approx(np.mean(ch_pred == traffic["target"]))
+    per_class = {r["class"]: r for r in doc["class_agreement"]}
+    assert list(per_class) == names
+    for name in names:
+        mine = ch_pred == name
+        assert per_class[name]["champion"] == mine.sum()
+        assert per_class[name]["both"] == (mine & (sh_pred == name)).sum()
+    confusion = pd.crosstab(pd.Categorical(ch_pred, names), pd.Categorical(sh_pred, names))
+    assert [[r[n] for n in names] for r in doc["confusion"]] == confusion.to_numpy().tolist()
+    delta = shadow.predict_proba(traffic[inputs]) - champion.predict_proba(traffic[inputs])
+    deltas = {r["class"]: r for r in doc["probability_delta"]}
+    assert list(deltas) == names
+    for k, name in enumerate(names):
+        assert deltas[name]["mean"] == pytest.approx(delta[:, k].mean())
+        assert deltas[name]["max_abs"] == pytest.approx(np.abs(delta[:, k]).max())
+    top = doc["disagreements"][0]
+    assert top["outcome"] in names and top["champion_label"] in names
+    assert top["delta_class"] in names and top["probability_delta"] == pytest.approx(
+        np.abs(delta).max()
+    )
+    page = Path(doc["html_path"]).read_text()
+    assert "<th>shadow</th>" in page and "<th>canary</th>" not in page and "versicolor" in page
+    text = cli("shadow", "analyze", "iris")
+    assert "labelled: 300 of 300" in text.stdout and "probability delta per class" in text.stdout
+    assert "score delta" not in text.stdout and "virginica" in text.stdout

@@ -59,27 +59,52 @@ def _render(name: str, result: ShadowAnalysis) -> None:
     console.show(console.table(title, columns, rows))
     spread = ", ".join(f"{k}={number(v)}" for k, v in result.score_delta.items())
     latency = ", ".join(f"{k}={number(v)}" for k, v in result.latency_ms.items())
+    console.show(f"labelled: {result.labelled_requests} of {result.paired_requests}")
     if result.task != "regression":
         console.show(f"label agreement: {number(result.label_agreement)}")
-    what = "prediction" if result.task == "regression" else "score"
-    console.show(f"{what} delta (shadow - champion): {spread or '-'}")
-    if result.probability_delta:
-        largest = ", ".join(f"{k}={number(v)}" for k, v in result.probability_delta.items())
-        console.show(f"largest class probability |delta| per request: {largest}")
+    if result.score_delta:
+        what = "prediction" if result.task == "regression" else "score"
+        console.show(f"{what} delta (shadow - champion): {spread}")
+    _class_tables(result)
     console.show(f"latency ms: {latency or '-'}")
-    top = [
-        [d.request_id, d.entity_key, number(d.champion_score), number(d.shadow_score),
-         f"{d.delta:+.4f}", _labels(d), number(d.outcome)]
-        for d in result.disagreements
-    ]  # fmt: skip
-    if top:
-        columns = ["request_id", "entity", "champion", "shadow", "delta", "labels", "outcome"]
-        console.show(console.table("largest disagreements", columns, top))
+    _top(result)
     console.show(
         f"verdict: {result.verdict}; recorded in {result.report_path} and {result.html_path}"
     )
 
 
+def _class_tables(result: ShadowAnalysis) -> None:
+    """Classifiers: agreement per class, the confusion table, probability deltas per class."""
+    if result.class_agreement:
+        columns = ["class", "champion", "shadow", "both", "agreement"]
+        rows = [[number(r[c]) for c in columns] for r in result.class_agreement]
+        console.show(console.table("predicted classes", columns, rows))
+    if result.confusion:
+        columns = list(result.confusion[0])
+        rows = [[number(r[c]) for c in columns] for r in result.confusion]
+        console.show(console.table("champion (rows) vs shadow (columns)", columns, rows))
+    if result.probability_delta:
+        columns = ["class", "mean", "mean_abs", "p1", "p99", "max_abs"]
+        rows = [[number(r[c]) for c in columns] for r in result.probability_delta]
+        console.show(
+            console.table("probability delta per class (shadow - champion)", columns, rows)
+        )
+
+
+def _top(result: ShadowAnalysis) -> None:
+    multiclass = result.task.startswith("multiclass")
+    top = [
+        [d.request_id, d.entity_key, *([d.delta_class or "-"] if multiclass else []),
+         number(d.champion_score), number(d.shadow_score), f"{d.delta:+.4f}", _labels(d),
+         number(d.outcome)]
+        for d in result.disagreements
+    ]  # fmt: skip
+    if top:
+        columns = ["request_id", "entity", *(["class"] if multiclass else []), "champion",
+                   "shadow", "delta", "labels", "outcome"]  # fmt: skip
+        console.show(console.table("largest disagreements", columns, top))
+
+
 def _labels(d: Disagreement) -> str:
-    """Both labels (class indices for a multiclass version), or ``-`` for a regression."""
+    """Both predicted classes (champion/shadow), or ``-`` for a regression."""
     return "-" if d.champion_label is None else f"{d.champion_label}/{d.shadow_label}"

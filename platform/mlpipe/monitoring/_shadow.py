@@ -9,16 +9,20 @@ score differences, the requests they disagree on most (with their ids, to
 replay them), and each side's latency (the shadow's is measured off the
 response path, so it is shown, not judged). Verdict: insufficient below
 ``canary_min_requests`` paired requests or with nothing to compare; fail when
-a check fails; pass otherwise. Per task (:mod:`._model_checks`): a multiclass
-pair is compared on its logged class probabilities (class agreement, the
-largest class-probability difference per request), a regression pair on its
-predicted values (no label agreement: a regression has no labels).
+a check fails; pass otherwise. Per task (:mod:`._model_checks`): a classifier's
+predicted classes are named by the version's classes (``setosa``, not ``0``),
+and its outcomes read from the label text loaded (``outcome_label``), so a
+named class is an outcome, not a NaN. A multiclass pair is compared on its
+logged class probabilities: agreement per class, the confusion table of the two
+versions' predicted classes, and the probability delta of each class (never one
+"score delta" between the probabilities of different classes); a regression
+pair on its predicted values (no label agreement: a regression has no labels).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +36,7 @@ from mlpipe.monitoring._canary import EXIT_CODES, CanaryOutcome
 from mlpipe.monitoring._model_checks import CanaryCheck, Pairing, label_checks, score_check
 from mlpipe.monitoring._quality import version_task
 from mlpipe.monitoring._reports import publish_versus_champion, read_logged, with_entity_keys
-from mlpipe.tasks import TaskSpec
+from mlpipe.tasks import ClassLabel, TaskSpec
 from mlpipe.windows import window_ending
 
 if TYPE_CHECKING:
@@ -51,10 +55,11 @@ class Disagreement:
     champion_score: float
     shadow_score: float
     delta: float  # shadow − champion
-    champion_label: int | None  # None: a regression has no labels
-    shadow_label: int | None
-    outcome: float | None
+    champion_label: ClassLabel | None  # the predicted class's name; None: a regression
+    shadow_label: ClassLabel | None
+    outcome: float | str | None  # a multiclass outcome: the label as loaded
     probability_delta: float | None = None  # multiclass: the largest |shadow − champion|
+    delta_class: str | None = None  # multiclass: the class of that delta (the scores are its)
 
 
 @dataclass
@@ -77,15 +82,26 @@ class ShadowAnalysis:
     report_path: str | None = None
     html_path: str | None = None
     task: str = "binary"
-    # multiclass: the largest |shadow − champion| class probability per request, its spread
-    probability_delta: dict[str, float] = field(default_factory=dict)
+    # paired requests whose outcome arrived and names a class of the version (regression: a number)
+    labelled_requests: int = 0
+    # classifiers: per class, how often each version predicts it and the shadow agrees
+    class_agreement: list[dict[str, Any]] = field(default_factory=list)
+    # classifiers: champion's predicted class (rows) against the shadow's (columns), counts
+    confusion: list[dict[str, Any]] = field(default_factory=list)
+    # multiclass: per class, the spread of shadow − champion probability of that class
+    probability_delta: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.verdict]
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "exit_code": self.exit_code}
+        """The analysis as JSON data; each check's candidate figure is named ``shadow``."""
+        data = asdict(self)
+        data["checks"] = [
+            {("shadow" if k == "canary" else k): v for k, v in c.items()} for c in data["checks"]
+        ]
+        return {**data, "exit_code": self.exit_code}
 
 
 def pair_shadow(rows: pd.DataFrame, version: str | None) -> tuple[pd.DataFrame, int]:
@@ -132,14 +148,6 @@ def _pairing(paired: pd.DataFrame, task: TaskSpec | None = None) -> Pairing:
     )
 
 
-def _probability_delta(paired: pd.DataFrame, task: TaskSpec) -> np.ndarray | None:
-    """Per request, the largest |shadow − champion| class probability (multiclass only)."""
-    if task.task != "multiclass" or not len(paired):
-        return None
-    ch, sh = _outputs(paired, "ch", task), _outputs(paired, "sh", task)
-    return np.asarray(np.abs(sh - ch).max(axis=1))
-
-
 def _figures(
     paired: pd.DataFrame, task: TaskSpec | None = None
 ) -> tuple[float, dict[str, float], dict[str, float]]:
@@ -147,56 +155,130 @@ def _figures(
     latency."""
     if not len(paired):
         return math.nan, {}, {}
-    delta = (paired["score_sh"] - paired["score_ch"]).to_numpy(dtype=float)
-    spread = {f"p{round(q * 100)}": float(np.quantile(delta, q)) for q in _QUANTILES}
-    spread.update(mean=float(delta.mean()), mean_abs=float(np.abs(delta).mean()))
-    spread["max_abs"] = float(np.abs(delta).max())
+    task = task or TaskSpec()
+    # a multiclass score is the probability of whichever class each side predicted: its
+    # difference compares different classes, so the deltas are per class (_class_deltas)
+    spread = {} if task.task == "multiclass" else _spread(paired["score_sh"] - paired["score_ch"])
     latency = {
         f"{side}_{name}": float(paired[f"latency_ms_{suffix}"].quantile(q))
         for side, suffix in (("champion", "ch"), ("shadow", "sh"))
         for name, q in (("p50", 0.5), ("p99", 0.99))
     }
-    if (task or TaskSpec()).task == "regression":
+    if task.task == "regression":
         return math.nan, spread, latency
     agreement = float((paired["label_ch"] == paired["label_sh"]).mean())
     return agreement, spread, latency
 
 
-def _spread_of(values: np.ndarray | None) -> dict[str, float]:
-    if values is None or not len(values):
-        return {}
-    return {"mean": float(values.mean()), "max": float(values.max())}
+def _spread(delta: Any) -> dict[str, float]:
+    """Quantiles, mean, mean |delta| and max |delta| of ``delta`` (shadow − champion)."""
+    values = np.asarray(delta, dtype=float)
+    spread = {f"p{round(q * 100)}": float(np.quantile(values, q)) for q in _QUANTILES}
+    spread.update(mean=float(values.mean()), mean_abs=float(np.abs(values).mean()))
+    spread["max_abs"] = float(np.abs(values).max())
+    return spread
 
 
-def _label(value: Any) -> int | None:
-    """A logged label (None or NaN for a regression's rows)."""
+def _class_deltas(paired: pd.DataFrame, task: TaskSpec) -> list[dict[str, Any]]:
+    """Multiclass: per class, the spread of shadow − champion probability of that class."""
+    if task.task != "multiclass" or not len(paired):
+        return []
+    delta = _outputs(paired, "sh", task) - _outputs(paired, "ch", task)
+    return [{"class": str(c), **_spread(delta[:, k])} for k, c in enumerate(task.classes)]
+
+
+def _class_tables(
+    paired: pd.DataFrame, task: TaskSpec
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Classifiers: agreement per class and the confusion table of the predicted classes.
+
+    A class's ``agreement`` is the share of the champion's predictions of it that the
+    shadow predicts too (NaN where the champion never predicts it).
+    """
+    if not task.is_classifier or not len(paired):
+        return [], []
+    names = [str(c) for c in task.classes]
+    ch, sh = _predicted(paired, "ch", task), _predicted(paired, "sh", task)
+    table = np.zeros((len(names), len(names)), dtype=int)
+    np.add.at(table, (ch, sh), 1)
+    agreement = [
+        {
+            "class": name, "champion": int(table[k].sum()), "shadow": int(table[:, k].sum()),
+            "both": int(table[k, k]),
+            "agreement": float(table[k, k] / table[k].sum()) if table[k].sum() else math.nan,
+        }
+        for k, name in enumerate(names)
+    ]  # fmt: skip
+    confusion = [
+        {"champion \\ shadow": name, **dict(zip(names, map(int, table[k]), strict=True))}
+        for k, name in enumerate(names)
+    ]
+    return agreement, confusion
+
+
+def _predicted(paired: pd.DataFrame, side: str, task: TaskSpec) -> np.ndarray:
+    """One side's predicted class indices (multiclass: argmax of its probabilities)."""
+    if task.task == "multiclass":
+        return np.asarray(_outputs(paired, side, task).argmax(axis=1))
+    return paired[f"label_{side}"].to_numpy(dtype=int)
+
+
+def _labelled(paired: pd.DataFrame, task: TaskSpec) -> int:
+    """Paired requests whose outcome arrived and reads as the task reads it."""
+    given = paired["outcome_label_ch"].to_numpy() if "outcome_label_ch" in paired else None
+    outcome = paired["outcome_ch"].to_numpy(dtype=float)
+    return int(tm.task_outcomes(task, outcome, given).labelled.sum())
+
+
+def _label(value: Any, task: TaskSpec) -> ClassLabel | None:
+    """A logged label as its class (None or NaN for a regression's rows)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    return int(value)
+    index = int(value)
+    return task.classes[index] if 0 <= index < len(task.classes) else index
+
+
+def _outcome(row: Any, task: TaskSpec) -> float | str | None:
+    """A request's outcome: a multiclass label as loaded (a class name), else its number."""
+    text = getattr(row, "outcome_label_ch", None)
+    number = float(row.outcome_ch)
+    if task.task == "multiclass" and text is not None and text == text:
+        return str(text)
+    if math.isnan(number):
+        return None if text is None or text != text else str(text)
+    return number
 
 
 def _disagreements(
     paired: pd.DataFrame, top: int, task: TaskSpec | None = None
 ) -> list[Disagreement]:
-    """The ``top`` requests scored furthest apart (multiclass: by class probabilities)."""
+    """The ``top`` requests scored furthest apart (multiclass: by class probabilities, each
+    shown on the class whose probability moved most)."""
     import pandas as pd
 
-    distance = (paired["score_sh"] - paired["score_ch"]).abs()
-    by_probability = _probability_delta(paired, task or TaskSpec())
-    if by_probability is not None:
-        distance = pd.Series(by_probability, index=paired.index)
+    task = task or TaskSpec()
+    champion = paired["score_ch"].to_numpy(dtype=float)
+    shadow = paired["score_sh"].to_numpy(dtype=float)
+    moved: np.ndarray | None = None
+    if task.task == "multiclass" and len(paired):
+        ch, sh = _outputs(paired, "ch", task), _outputs(paired, "sh", task)
+        moved = np.abs(sh - ch).argmax(axis=1)
+        rows = np.arange(len(paired))
+        champion, shadow = ch[rows, moved], sh[rows, moved]
+    distance = pd.Series(np.abs(shadow - champion), index=paired.index)
     order = distance.sort_values(ascending=False, kind="stable").index[:top]
     return [
         Disagreement(
             request_id=str(r.request_id),
             entity_key=str(r.entity_key_ch),
-            champion_score=float(r.score_ch),
-            shadow_score=float(r.score_sh),
-            delta=float(r.score_sh - r.score_ch),
-            champion_label=_label(r.label_ch),
-            shadow_label=_label(r.label_sh),
-            outcome=None if math.isnan(r.outcome_ch) else float(r.outcome_ch),
-            probability_delta=None if by_probability is None else float(distance[i]),
+            champion_score=float(champion[i]),
+            shadow_score=float(shadow[i]),
+            delta=float(shadow[i] - champion[i]),
+            champion_label=_label(r.label_ch, task),
+            shadow_label=_label(r.label_sh, task),
+            outcome=_outcome(r, task),
+            probability_delta=None if moved is None else float(distance[i]),
+            delta_class=None if moved is None else str(task.classes[moved[i]]),
         )
         for i, r in zip(order, paired.loc[order].itertuples(), strict=True)
     ]
@@ -211,11 +293,18 @@ def shadow_checks(
     if not requests.passed:
         return "insufficient", [requests]
     pairing = _pairing(paired, task)
-    models = [score_check(pairing, ""), *label_checks(pairing, least_labels)]
+    models = [
+        _as_shadow(c) for c in (score_check(pairing, ""), *label_checks(pairing, least_labels))
+    ]
     checks = [requests, *models]
     if any(c.passed is False for c in checks):
         return "fail", checks
     return ("insufficient" if all(c.passed is None for c in models) else "pass"), checks
+
+
+def _as_shadow(check: CanaryCheck) -> CanaryCheck:
+    """A check's wording with the candidate named as what it is here: the shadow."""
+    return replace(check, threshold=check.threshold.replace("canary", "shadow"))
 
 
 def analyze_shadow(
@@ -250,11 +339,14 @@ def analyze_shadow(
         paired, limits.canary_min_requests, limits.canary_min_labels, task
     )
     agreement, spread, latency = _figures(paired, task)
+    per_class, confusion = _class_tables(paired, task)
     result = ShadowAnalysis(
         model, versions[0], versions[1] or version, current.start, current.end, verdict,
         len(paired), unpaired, agreement, spread, latency, checks,
         _disagreements(paired, top, task), task=task.describe(),
-        probability_delta=_spread_of(_probability_delta(paired, task)),
+        labelled_requests=_labelled(paired, task) if len(paired) else 0,
+        class_agreement=per_class, confusion=confusion,
+        probability_delta=_class_deltas(paired, task),
     )  # fmt: skip
     publish_versus_champion(
         settings, "shadow", current, model, result.shadow_version, result, notify
