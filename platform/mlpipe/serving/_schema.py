@@ -47,9 +47,11 @@ _ENTITY_NAMES: JsonDict = {"propertyNames": {"minLength": 1, "maxLength": 100, *
 class PredictRequest(BaseModel):
     """One prediction request.
 
-    ``entity`` holds the join keys the model's feature service reads (required;
-    it may be ``{}`` for a model without one, and routing then hashes the
-    request id). ``features`` holds request-time inputs (numbers; strings for
+    ``entity`` holds the join keys the model's feature services read (each one
+    required there, ``entity.KEY`` 422 otherwise); for a model none of whose
+    versions reads a feature service it may be left out or ``{}``, and sticky
+    routing then hashes the request id (an entity given there routes instead).
+    ``features`` holds request-time inputs (numbers; strings for
     a model's string inputs; ``true``/``false`` for its boolean inputs; ``null``,
     or an omitted key, for a missing value where the model takes one).
     ``received_ns`` is set by the gateway (a client's value is overwritten) so
@@ -61,7 +63,7 @@ class PredictRequest(BaseModel):
 
     model: Annotated[StrictStr, Field(min_length=1, max_length=200)]
     entity: dict[Annotated[str, Field(min_length=1, max_length=100)], EntityValue] = Field(
-        max_length=16, json_schema_extra=_ENTITY_NAMES
+        default_factory=dict, max_length=16, json_schema_extra=_ENTITY_NAMES
     )
     features: dict[Annotated[str, Field(min_length=1, max_length=100)], FeatureValue] = Field(
         default_factory=dict, max_length=1000

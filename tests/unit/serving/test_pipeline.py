@@ -347,7 +347,7 @@ def _post(app: Any, content: bytes | str) -> httpx.Response:
 @pytest.mark.parametrize(
     ("body", "status", "field"),
     [
-        ('{"model": "fraud", "features": {"amount": 1}}', 422, "entity"),
+        ('{"model": "fraud", "features": {"amount": 1}}', 422, "entity.customer_id"),
         (
             '{"model": "fraud", "entity": {"customer_id": 1}, "features": {"amount": "x"}}',
             422,
@@ -553,4 +553,41 @@ def test_only_join_keys_route_and_are_logged(tmp_path: Path) -> None:
         assert all(row.entity == {"customer_id": i} for i, row in enumerate(rows))
         assert all(row.entity_key == f"customer_id={i}" for i, row in enumerate(rows))
     finally:
+        built.pipeline.close()
+
+
+class NoFeaturesControl(FakeControl):
+    """Versions that read no feature service: every input comes with the request."""
+
+    def load(self, _s: Any, name: str, version: str) -> FakeModel:
+        self.loads.append(version)
+        return FakeModel(name, version, ["amount"], feature_service=None)
+
+
+def test_entity_is_optional_when_no_version_reads_features(tmp_path: Path) -> None:
+    """No entity, or ``{}``, is taken by a model that reads no feature service; sticky
+    routing and the log then key on the request id (issue 28, item 8)."""
+    control = NoFeaturesControl()
+    control.set("plain", 1, "1", canary="2", weight=50)
+    built = fake_runtime(load_settings(home=tmp_path), ListSink(), control)
+    set_current(built.rt)
+    try:
+        bodies = [
+            '{"model": "plain", "features": {"amount": 3}, "request_id": "a1"}',
+            '{"model": "plain", "entity": {}, "features": {"amount": 3}, "request_id": "a1"}',
+        ]
+        answers = [_post(gateway(), body) for body in bodies]
+        assert [a.status_code for a in answers] == [200, 200], answers[0].text
+        assert answers[0].json()["arm"] == answers[1].json()["arm"]
+        ids = [f"r{i}" for i in range(200)]
+        reqs = [PredictRequest(model="plain", features={"amount": 1.0}, request_id=r) for r in ids]
+        first = built.pipeline.predict_batch(reqs)
+        again = built.pipeline.predict_batch(reqs)
+        assert [r["arm"] for r in first] == [r["arm"] for r in again]
+        assert {r["arm"] for r in first} == {"champion", "canary"}
+        rows = built.sink.rows[-200:]
+        assert [row.entity_key for row in rows] == [f"request_id={r}" for r in ids]
+        assert all(row.entity == {} for row in rows)
+    finally:
+        set_current(None)
         built.pipeline.close()
