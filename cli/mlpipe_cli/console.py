@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from rich.console import Console
@@ -12,6 +13,9 @@ from rich.text import Text
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Tables written to a file or a pipe (`> drift.txt`) are as wide as their cells, not cut to
+# the 80 columns rich assumes without a terminal; COLUMNS still sets a width.
+_PIPED_WIDTH = 10_000
 
 
 def print_json(value: Any) -> None:
@@ -52,6 +56,8 @@ def _cell(value: str) -> Text:
 
 
 def show(renderable: Any) -> None:
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = _PIPED_WIDTH  # print(width=) alone is capped at the console's width
     out.print(renderable)
 
 

@@ -66,7 +66,7 @@ def run() -> None:
 
     _quiet_libraries()
     try:
-        rv = _command()(standalone_mode=False)
+        rv = _command()(args=_debug_first(sys.argv[1:]), standalone_mode=False)
     except MlpipeError as exc:
         _fail(exc, exc.exit_code)
     except typer.Abort:
@@ -78,6 +78,15 @@ def run() -> None:
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _debug_first(args: list[str]) -> list[str]:
+    """``--debug`` anywhere before a ``--`` is the global option: ``mlpipe register ...
+    --debug`` works as ``mlpipe --debug register ...`` (no command has its own)."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" not in args[:end]:
+        return args
+    return ["--debug", *(a for a in args[:end] if a != "--debug"), *args[end:]]
 
 
 def _quiet_libraries() -> None:

@@ -32,6 +32,8 @@ def show(settings: Settings, ref: str) -> VersionInfo:
     require_model(settings, name)
     with mlflow_errors(f"{ref}"):
         if alias:
+            if alias not in (c.get_registered_model(name).aliases or {}):
+                raise NotFound(f"no alias @{alias} on {name}")  # MLflow calls it a bad parameter
             mv = c.get_model_version_by_alias(name, alias)
         elif version:
             mv = _get_version(settings, name, version)

@@ -76,3 +76,42 @@ def test_warehouse_query_shows_bidi_and_zero_width_characters_escaped(
     for c in chars:
         assert chr(c) not in out
         assert f"id\\u{c:04x}x" in out
+
+
+def test_debug_after_the_subcommand_is_the_global_option(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mlpipe status X --debug`` works as ``mlpipe --debug status X`` (issue 28, item 9)."""
+    code, out, err = mlpipe(monkeypatch, capsys, "status", "nosuch", "--debug")
+    assert (code, out) == (2, "")
+    assert "No such option" not in err
+    assert "Traceback" in err
+    assert err.endswith(
+        "error: nosuch has no deployment; run `mlpipe deploy nosuch --version V` first\n"
+    )
+
+
+def test_a_table_written_to_a_pipe_is_not_cut_at_80_columns(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mlpipe ... > drift.txt`` keeps whole cells, as wide as they are (issue 28, item 9)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    sql = "SELECT repeat('x', 150) AS bill_length_of_a_very_long_column_name, 1 AS n"
+    code, out, err = mlpipe(monkeypatch, capsys, "warehouse", "query", sql)
+    assert code == 0, err
+    assert "x" * 150 in out and "bill_length_of_a_very_long_column_name" in out
+    assert "…" not in out
+
+
+def test_models_show_of_an_alias_not_set_is_one_line_exit_2(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not 3 "store unreachable": MLflow answers a missing alias as a bad parameter."""
+    from mlpipe import registry
+    from mlpipe.config import load_settings
+    from tests.conftest import train_toy_model
+
+    model, data = train_toy_model(home, n_estimators=5)
+    registry.register(load_settings(), "fraud", dataset=data, model_path=model)
+    code, out, err = mlpipe(monkeypatch, capsys, "models", "show", "fraud@champion")
+    assert (code, out, err) == (2, "", "error: no alias @champion on fraud\n")
