@@ -6,7 +6,8 @@ drift, and quality where outcomes have arrived, per the version's task
 multiclass predicted class (categorical) or the regression predicted value with
 what the same version predicts on its reference; quality judges the task's
 metrics against the registered ones, beside Evidently's classification or
-regression figures. One HTML + JSON
+regression figures. A feature column with missing values on either side also
+gets a test of its own on its missing share (:func:`_add_missing_shares`). One HTML + JSON
 report per arm in ``reports/NAME/<timestamp>/``, a ``summary.json`` with the
 verdicts, and a row per arm in the warehouse's ``reports`` table.
 """
@@ -47,7 +48,7 @@ from mlpipe.monitoring._quality import (
     version_task,
 )
 from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
-from mlpipe.monitoring._screen import Screened, SkippedColumn, screen
+from mlpipe.monitoring._screen import Screened, SkippedColumn, missing_columns, screen
 from mlpipe.tasks import TaskSpec
 from mlpipe.windows import ReferenceSpec, Window, parse_reference, window_ending
 
@@ -69,6 +70,8 @@ EXIT_CODES: dict[DriftOutcome, int] = {
 }
 _PRECEDENCE: tuple[DriftOutcome, ...] = ("quality", "drift", "ok", "insufficient", "no_data")
 ColumnStatus = Literal["ok", "drift", "insufficient"]
+ColumnKind = Literal["feature", "prediction", "missing"]
+MISSING_METHOD = "missing share, two-proportion z"
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class ColumnDrift:
     """
 
     column: str
-    kind: Literal["feature", "prediction"]
+    kind: ColumnKind  # missing: the column's share of missing values, not its values
     method: str
     score: float
     threshold: float | None
@@ -119,11 +122,17 @@ class ArmDrift:
     def drifted_features(self) -> list[str]:
         return [c.column for c in self.columns if c.kind == "feature" and c.drifted]
 
+    @property
+    def missing_share_drifted(self) -> list[str]:
+        """Columns whose share of missing values moved beyond a clean window's."""
+        return [c.column for c in self.columns if c.kind == "missing" and c.drifted]
+
     def finding(self) -> Finding:
         """This arm's row in the ``reports`` index."""
         summary = {
             "drift_share": self.drift_share,
             "drifted": self.drifted_features,
+            "missing_share_drifted": self.missing_share_drifted,
             "alarms": self.alarms,
             "skipped": [asdict(s) for s in self.skipped],
             "rows": self.rows,
@@ -153,6 +162,7 @@ class DriftVerdict:
         data = asdict(self)
         for arm, arm_data in zip(self.arms, data["arms"], strict=True):
             arm_data["drifted_features"] = arm.drifted_features
+            arm_data["missing_share_drifted"] = arm.missing_share_drifted
         data["exit_code"] = self.exit_code
         return data
 
@@ -197,6 +207,11 @@ def verdict_banner(model: str, arm: ArmDrift, false_alarm_rate: float) -> list[s
     return [
         arm_title(model, arm),
         *(f"alarm {arm.arm}: {alarm}" for alarm in arm.alarms),
+        *(
+            f"missing share {c.column}: {c.status}; {c.detail}"
+            for c in arm.columns
+            if c.kind == "missing"
+        ),
         thresholds_text(calibration_statement(false_alarm_rate)),
         "mlpipe's verdict above decides. Evidently's figures below are for reference: its "
         "column tests use mlpipe's calibrated thresholds and say whether a shift is "
@@ -327,7 +342,9 @@ def _arm_result(
     screened = _screened(win, ref, min_rows)
     result.notes.extend(screened.notes)
     cache = NullCache(_null_folder(settings), model, result.version, ref.frame)
-    plan = calibrate(screened, win.entities, cache, rate, int(ref.positive_rate is not None))
+    gaps = missing_columns(ref.frame, win.features)
+    extra = int(ref.positive_rate is not None) + len(gaps)
+    plan = calibrate(screened, win.entities, cache, rate, extra)
     result.entities, result.per_column_alpha = plan.entities, plan.alpha
     share = settings.monitor.drift_share_threshold
     snapshot, tested, failed = drift_tests(screened, share, plan.thresholds)
@@ -335,6 +352,7 @@ def _arm_result(
     _add_columns(result, tested, plan)
     if ref.positive_rate is not None:
         _add_rate_test(result, win, ref.positive_rate, len(ref.frame), plan)
+    _add_missing_shares(result, win, ref.frame, gaps, plan.alpha)
     result.quality = _judge_quality(settings, model, result, win)
     result.verdict = _arm_verdict(result, share)
     banner = verdict_banner(model, result, rate)
@@ -357,7 +375,7 @@ def _add_columns(result: ArmDrift, tested: dict[str, ColumnResult], plan: Plan) 
         if score != score:  # NaN: the test gave no score
             result.skipped.append(SkippedColumn(col, f"{method} gave no score"))
             continue
-        kind: Literal["feature", "prediction"] = "prediction" if col == PREDICTION else "feature"
+        kind: ColumnKind = "prediction" if col == PREDICTION else "feature"
         size = plan.effective.get(col)
         threshold = plan.thresholds.get(col)
         if threshold is None:
@@ -433,6 +451,42 @@ def _add_rate_test(
     )
 
 
+def _add_missing_shares(
+    result: ArmDrift, win: _Window, reference: pd.DataFrame, columns: list[str], alpha: float
+) -> None:
+    """Each column's share of missing values against the reference's: the two-proportion z
+    test of the positive rate (window variance inflated by the entities' design effect), at
+    the report's per-column ``alpha``, alarming only with an effect (Cohen's h) >= MIN_EFFECT.
+    """
+    for col in columns:
+        gaps = win.features[col].isna().astype(float).reset_index(drop=True)
+        size, distinct = effective_size(gaps, win.entities)
+        share = float(reference[col].isna().mean())
+        if min(size, distinct) < MIN_EFFECTIVE_SIZE:
+            why = f"{distinct} distinct entities (< {MIN_EFFECTIVE_SIZE}): not tested"
+            result.columns.append(
+                ColumnDrift(
+                    col, "missing", MISSING_METHOD, float("nan"), None, False, "insufficient",
+                    False, size, None, why,
+                )
+            )  # fmt: skip
+            continue
+        flagged = gaps.to_numpy()
+        test = positive_rate_test(
+            flagged, len(flagged) / max(size, 1.0), share, len(reference), alpha
+        )
+        detail = (
+            f"missing {test.window_rate:.1%} vs reference {test.reference_rate:.1%}, "
+            f"z={test.z:.2f}, effect h={test.effect:.3f}"
+        )
+        result.columns.append(
+            ColumnDrift(
+                col, "missing", MISSING_METHOD, abs(test.z), test.critical, test.drifted,
+                "drift" if test.drifted else "ok", test.significant, size, test.severity, detail,
+            )
+        )  # fmt: skip
+
+
 def _judge_quality(
     settings: Settings, model: str, result: ArmDrift, win: _Window
 ) -> dict[str, Any] | None:
@@ -474,7 +528,7 @@ def _arm_verdict(result: ArmDrift, threshold: float) -> DriftOutcome:
     features = [c for c in tested if c.kind == "feature"]
     if features:
         result.drift_share = sum(c.significant for c in features) / len(features)
-    result.alarms = [f"{c.column}: {c.severity} shift" for c in tested if c.drifted]
+    result.alarms = [_alarm(c) for c in tested if c.drifted]
     if result.drift_share is not None and result.drift_share >= threshold:
         result.alarms.append(
             f"drift share {result.drift_share:.2f} >= {threshold:g} (significant shifts)"
@@ -492,6 +546,12 @@ def _arm_verdict(result: ArmDrift, threshold: float) -> DriftOutcome:
         return "insufficient"
     result.notes.append("no column could be tested")
     return "no_data"
+
+
+def _alarm(column: ColumnDrift) -> str:
+    if column.kind == "missing":
+        return f"{column.column}: {column.severity} shift in missing share ({column.detail})"
+    return f"{column.column}: {column.severity} shift"
 
 
 def _save_reports(

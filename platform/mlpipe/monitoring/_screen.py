@@ -31,6 +31,13 @@ class Screened:
     notes: list[str] = field(default_factory=list)
 
 
+def missing_columns(reference: pd.DataFrame, current: pd.DataFrame) -> list[str]:
+    """The columns of both frames with a missing value (null, NaN) on either side: those whose
+    missing share can move (a column complete on both sides cannot)."""
+    shared = sorted(set(reference.columns) & set(current.columns))
+    return [c for c in shared if reference[c].isna().any() or current[c].isna().any()]
+
+
 def _kind(series: pd.Series) -> str:
     import pandas as pd
 
