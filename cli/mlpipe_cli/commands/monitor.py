@@ -124,7 +124,7 @@ def _drift_arm(name: str, a: Any) -> None:
         figures = _QUALITY_FIGURES[a.quality.get("task", "binary")]
         shown = ", ".join(f"{k}={number(a.quality.get(k))}" for k in figures if k in a.quality)
         console.show(f"quality {a.arm}: {shown}; {a.quality.get('label_lag', '')}")
-        for key in ("note", "labels_note"):
+        for key in ("note", "labels_note", "baseline_note"):
             if a.quality.get(key):
                 console.show(f"quality {a.arm}: {a.quality[key]}")
     _skipped_and_notes(a.skipped, a.notes)

@@ -40,6 +40,7 @@ from mlpipe.monitoring._evidently import task_quality as task_quality_report
 from mlpipe.monitoring._html import write_evidently_html
 from mlpipe.monitoring._quality import (
     alarm_text,
+    measured_metrics,
     positive_rate_test,
     quality,
     reference_scores,
@@ -498,21 +499,23 @@ def _judge_quality(
         arrived |= rows["outcome_label"].notna()
     if not arrived.any():
         return None
+    widen: frozenset[str] = frozenset()
     try:
         registered: dict[str, float] | None = registered_metrics(
             settings, model, result.version, spec.task
         )
+        widen = measured_metrics(settings, model, result.version)
     except MlpipeError:
         registered = None
     least = settings.monitor.canary_min_labels
     if spec.task != "binary":
-        figures, labelled = task_quality(rows, win.clusters(), registered, least, spec)
+        figures, labelled = task_quality(rows, win.clusters(), registered, least, spec, widen)
         if labelled is not None:
             figures["evidently"], figures["_snapshot"] = task_quality_report(
                 spec, labelled.output, labelled.y
             )
         return figures
-    figures = quality(rows, win.clusters(), registered, least)
+    figures = quality(rows, win.clusters(), registered, least, widen)
     evidently_figures, snapshot = classification_quality(rows)
     figures["evidently"] = evidently_figures
     figures["_snapshot"] = snapshot

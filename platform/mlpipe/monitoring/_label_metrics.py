@@ -10,6 +10,7 @@ every metric of every resample at once (vectorized, no Python loop per draw).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,21 @@ METRICS = ("auc", "recall", "precision", "log_loss")
 HIGHER_IS_BETTER = {"auc": True, "recall": True, "precision": True, "log_loss": False}
 # How much worse the candidate may be before it counts as worse (log loss: relative).
 MARGINS = {"auc": 0.02, "recall": 0.05, "precision": 0.05, "log_loss": 0.10}
+# A baseline register measured on the version's own (training) data is optimistic: clean
+# traffic scores worse than it, an overfit model's log loss several times worse. Against
+# such a baseline only a collapse is called: margins × 5 where they are absolute (AUC or
+# accuracy down 0.10, recall, precision or macro F1 down 0.25) and × 20 where they are a
+# share of the baseline (log loss, MAE or RMSE up 200 %), not a small decline.
+TRAINING_MARGIN_FACTOR = 5.0
+TRAINING_RELATIVE_FACTOR = 20.0
+_RELATIVE = {"log_loss", "mae", "rmse", "bias"}
+
+
+def training_factor(metric: str) -> float:
+    """How much wider a margin is against a baseline measured on the training data."""
+    return TRAINING_RELATIVE_FACTOR if metric in _RELATIVE else TRAINING_MARGIN_FACTOR
+
+
 BOOTSTRAP_DRAWS = 200
 # Distinct entities a metric rests on (positives for recall, flagged rows for precision,
 # both classes for AUC and log loss) below which it is not judged: a bootstrap over a
@@ -116,18 +132,21 @@ def compare(
     candidate: dict[str, float],
     supports: dict[str, int],
     alpha: float = 0.05,
+    widen: Collection[str] = (),
 ) -> list[MetricComparison]:
     """Non-inferiority per metric: worse when the whole one-sided CI is beyond the margin.
 
     ``deltas`` holds candidate − baseline per bootstrap draw. An equally good
     candidate sits inside the margin, so it is never called worse by chance more
     often than ``alpha``; a paired comparison of one model with itself has
-    every delta zero and is never worse.
+    every delta zero and is never worse. A metric in ``widen`` (a baseline measured
+    on the training data, optimistic) gets :func:`training_factor` × its margin.
     """
     out = []
     for metric in METRICS:
         base, cand = baseline[metric], candidate[metric]
         margin = MARGINS[metric] * (abs(base) if metric == "log_loss" else 1.0)
+        margin *= training_factor(metric) if metric in widen else 1.0
         out.append(
             judge(
                 metric,

@@ -143,11 +143,34 @@ def registered_metrics(
     return out
 
 
+def measured_metrics(settings: Settings, model: str, version: str) -> frozenset[str]:
+    """The version's registered metrics that register measured on its own dataset
+    (optimistic: judged with wider margins, :func:`._label_metrics.training_factor`)."""
+    tags = registry.show(settings, f"{model}/{version}").tags
+    names = tags.get(_METRICS_MEASURED, "")
+    return frozenset(n for n in names.split(",") if n)
+
+
+_METRICS_MEASURED = "mlpipe.metrics_measured"
+
+
+def _widened_note(out: dict[str, Any], widen: frozenset[str]) -> None:
+    judged = sorted(widen & {c["metric"] for c in out.get("metrics", [])})
+    if judged:
+        out["baseline_note"] = (
+            f"{', '.join(judged)} judged against the version's own figures on its "
+            "registration dataset (optimistic): only a collapse alarms (margins "
+            f"x{lm.TRAINING_MARGIN_FACTOR:g}, x{lm.TRAINING_RELATIVE_FACTOR:g} for relative "
+            "ones); register with --metric from a holdout for a tight check"
+        )
+
+
 def quality(
     rows: pd.DataFrame,
     clusters: np.ndarray,
     registered: dict[str, float] | None,
     min_labels: int,
+    widen: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The quality section of an arm: figures, comparisons, label lag, and the alarms.
 
@@ -176,10 +199,13 @@ def quality(
     draws = lm.weighted_metrics(scored, lm.cluster_weights(scored.clusters, lm.BOOTSTRAP_DRAWS))
     deltas = {k: draws[k] - registered[k] for k in lm.METRICS}
     point = lm.point_metrics(scored)
-    comparisons = lm.compare(deltas, registered, point, lm.support(scored), alpha=QUALITY_ALPHA)
+    comparisons = lm.compare(
+        deltas, registered, point, lm.support(scored), alpha=QUALITY_ALPHA, widen=widen
+    )
     out["metrics"] = [c.__dict__ for c in comparisons]
     out["alarms"] = [c.metric for c in comparisons if c.worse]
     out["status"] = _status(out, registered)
+    _widened_note(out, widen)
     out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
     return out
 
@@ -220,6 +246,7 @@ def task_quality(
     registered: dict[str, float] | None,
     min_labels: int,
     spec: TaskSpec,
+    widen: frozenset[str] = frozenset(),
 ) -> tuple[dict[str, Any], tm.Labelled | None]:
     """:func:`quality` for a multiclass or regression version: the task's metrics on the
     labelled rows (:mod:`._task_metrics`), judged against its registered metrics; also the
@@ -247,7 +274,7 @@ def task_quality(
         output = rows["score"].to_numpy(dtype=float)[labelled]
     scored = tm.Labelled(output, truth.y[labelled], clusters[labelled])
     known = registered or dict.fromkeys(tm.METRICS[spec.task], float("nan"))
-    point, comparisons = tm.against_registered(spec.task, scored, known, QUALITY_ALPHA)
+    point, comparisons = tm.against_registered(spec.task, scored, known, QUALITY_ALPHA, widen)
     out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
     if registered is None:
         out["status"] = "not judged"
@@ -256,6 +283,7 @@ def task_quality(
     out["metrics"] = [c.__dict__ for c in comparisons]
     out["alarms"] = [c.metric for c in comparisons if c.worse]
     out["status"] = _status(out, registered)
+    _widened_note(out, widen)
     return out, scored
 
 

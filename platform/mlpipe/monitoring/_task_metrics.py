@@ -21,7 +21,7 @@ and for normal errors it takes a bias of about 0.6 MAE to cost 10 % of MAE).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,8 +134,10 @@ def compare(
     candidate: dict[str, float],
     supports: dict[str, int],
     alpha: float = 0.05,
+    widen: Collection[str] = (),
 ) -> list[lm.MetricComparison]:
-    """Non-inferiority per metric, as :func:`._label_metrics.compare` does for binary.
+    """Non-inferiority per metric, as :func:`._label_metrics.compare` does for binary
+    (``widen`` too).
 
     ``draws`` holds, per bootstrap draw, ``(baseline, candidate)`` metric values
     (``baseline`` a constant for a comparison with registered figures). A
@@ -149,6 +151,7 @@ def compare(
         deltas = _judged(metric, c_draws) - _judged(metric, b_draws)
         share, of = MARGINS[metric]
         margin = share * (abs(baseline[of]) if of is not None else 1.0)
+        margin *= lm.training_factor(metric) if metric in widen else 1.0
         delta = float(_judged(metric, cand) - _judged(metric, base))
         out.append(
             lm.judge(
@@ -195,14 +198,14 @@ def unpaired(
 
 
 def against_registered(
-    task: Task, s: Labelled, registered: dict[str, float], alpha: float
+    task: Task, s: Labelled, registered: dict[str, float], alpha: float, widen: Collection[str] = ()
 ) -> tuple[dict[str, float], list[lm.MetricComparison]]:
     """The rows' metrics and their comparison with the version's registered figures."""
     w = lm.cluster_weights(s.clusters, lm.BOOTSTRAP_DRAWS)
     served = weighted_metrics(task, s, w)
     draws = {k: (np.full(len(w), registered[k]), served[k]) for k in METRICS[task]}
     point = point_metrics(task, s)
-    return point, compare(task, draws, registered, point, support(task, s), alpha)
+    return point, compare(task, draws, registered, point, support(task, s), alpha, widen)
 
 
 def _least(task: Task, baseline: Labelled, candidate: Labelled) -> dict[str, int]:

@@ -162,7 +162,8 @@ def register_model(
     tags[_tags.INPUT_SCHEMA] = schema.to_json()
     if baseline is not None:
         scoring = _Scoring(flavor, model, spec)
-        tags = {**_baseline_tags(scoring, schema, frame, features, label, baseline), **tags}
+        measured = _baseline_tags(scoring, schema, frame, features, label, baseline)
+        tags = _with_baseline(tags, measured)
     mv = _registration.log_and_register(
         settings,
         name,
@@ -174,6 +175,25 @@ def register_model(
         description=description,
     )
     return VersionInfo.from_mlflow(mv)
+
+
+def _with_baseline(tags: dict[str, str], measured: dict[str, str]) -> dict[str, str]:
+    """``tags`` with the metrics measured on the dataset that ``--metric`` did not give
+    (under their name or an alias: a holdout ``logloss`` wins over a measured
+    ``log_loss``), and the names of those kept (``METRICS_MEASURED``)."""
+    prefix = _tags.METRIC_PREFIX
+    given = {
+        _tags.METRIC_ALIASES.get(k[len(prefix) :], k[len(prefix) :])
+        for k in tags
+        if k.startswith(prefix)
+    }
+    kept = {
+        k: v
+        for k, v in measured.items()
+        if not k.startswith(prefix) or k[len(prefix) :] not in given
+    }
+    names = sorted(k[len(prefix) :] for k in kept if k.startswith(prefix))
+    return {**kept, **tags, _tags.METRICS_MEASURED: ",".join(names)}
 
 
 def _baseline_tags(

@@ -25,6 +25,10 @@ SOURCE_RUN = TAG + "source_run"
 METRIC_PREFIX = TAG + "metric."
 # What the metrics register measured itself were measured on ("dataset train.csv (...)").
 METRICS_ON = TAG + "metrics_on"
+# The metrics register measured on its dataset and nobody overrode with --metric ("auc,recall").
+METRICS_MEASURED = TAG + "metrics_measured"
+# Other names --metric may give a measured metric under (the quality check reads both).
+METRIC_ALIASES = {"logloss": "log_loss", "f1_macro": "macro_f1"}
 
 # Storage: how the artifact was written and how to load it.
 FLAVOR = TAG + "flavor"
