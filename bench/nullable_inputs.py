@@ -15,8 +15,18 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StrictStr
 
-from mlpipe.serving._pipeline import _finite_floats
-from mlpipe.serving._schema import FeatureValue
+from mlpipe.serving import PredictRequest
+
+# The request model's feature type, read from the public model (bench imports no private module).
+FeatureValue = PredictRequest.model_fields["features"].annotation.__args__[1]  # type: ignore[union-attr]
+_FLOAT = {float}
+
+
+def _finite_floats(features: dict[str, Any]) -> bool:
+    """The serving pipeline's fast-path test (``_pipeline._finite_floats``), as written there."""
+    values = features.values()
+    return set(map(type, values)) <= _FLOAT and math.isfinite(sum(values))
+
 
 NAMES = tuple(f"f{i}" for i in range(10))
 FEATURES: dict[str, Any] = {n: float(i) + 0.5 for i, n in enumerate(NAMES)}

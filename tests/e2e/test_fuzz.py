@@ -64,10 +64,18 @@ def _is_json_error(body: bytes) -> bool:
     return isinstance(data, dict) and bool(data.get("error") or data.get("detail"))
 
 
+# The document is the same for every model: it cannot say which inputs of the served model
+# are numbers (a boolean refused) or cannot take a missing value (null refused).
+PER_MODEL = ("expected a number, got a boolean", "this model cannot take a missing value")
+
+
 def _undocumented_refusal(resp: Any) -> bool:
-    """A refusal the document cannot describe: an empty entity or feature name (422), or a
-    control character in an entity name (400; OpenAPI 3.0 has no ``propertyNames``)."""
+    """A refusal the document cannot describe: an empty entity or feature name (422), a
+    value the served model's input types refuse (422, :data:`PER_MODEL`), or a control
+    character in an entity name (400; OpenAPI 3.0 has no ``propertyNames``)."""
     if EMPTY_NAME in resp.text:
+        return True
+    if resp.status_code == 422 and any(reason in resp.text for reason in PER_MODEL):
         return True
     body = _json_or_none(resp.content)
     field = body.get("field") if isinstance(body, dict) else None

@@ -152,9 +152,14 @@ def test_a_profile_that_is_not_a_table_is_named(home: Path) -> None:
         load_settings()
 
 
+def _attacker(nowhere: Path) -> Path:
+    """Where the hostile ``mlpipe.toml`` moves the stores: outside the project, per test."""
+    return nowhere.parent / f"{nowhere.name}-attacker"
+
+
 def _hostile_parent(nowhere: Path) -> Path:
     """``nowhere`` holds an ``mlpipe.toml`` that moves the stores; the work is in a subdirectory."""
-    (nowhere / "mlpipe.toml").write_text('state_dir = "/tmp/attacker"\n')
+    (nowhere / "mlpipe.toml").write_text(f'state_dir = "{_attacker(nowhere)}"\n')
     work = nowhere / "work"
     work.mkdir()
     os.chdir(work)
@@ -200,7 +205,7 @@ def test_the_cli_refuses_a_hostile_parent_in_one_line(nowhere: Path) -> None:
     assert result.returncode == 2 and result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"error: refusing the project found at {nowhere.resolve()}/mlpipe.toml")
-    assert list(work.iterdir()) == [] and not Path("/tmp/attacker").exists()
+    assert list(work.iterdir()) == [] and not _attacker(nowhere).exists()
     trusted = run_cli(
         "status", "fraud", cwd=work, env={"MLPIPE_HOME": str(nowhere), "MLPIPE_STATE_DIR": ".s"}
     )
