@@ -236,5 +236,7 @@ def test_shadow_analyze_of_a_multiclass_version_reports_class_agreement(
     result = cli("shadow", "analyze", "iris")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "label agreement: " in result.stdout
-    assert "largest class probability |delta| per request: mean=" in result.stdout
+    assert "probability delta per class (shadow - champion)" in result.stdout
+    for name in ("setosa", "versicolor", "virginica"):  # class names, not indices
+        assert name in result.stdout
     assert "paired_classes" in result.stdout and "FAIL" in result.stdout
