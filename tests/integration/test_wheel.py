@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
@@ -256,3 +257,112 @@ def test_demo_runs_from_the_wheel_in_an_empty_directory(installed: SimpleNamespa
     assert "▶ feature store ready" in demo.stderr and "▶ roll back" in demo.stderr
     assert "Warning" not in demo.stderr
     assert sorted(p.name for p in anywhere.iterdir()) == [".mlpipe-demo"]
+
+
+PLAN_INPUTS = ["balance", "income", "region"]
+PLAN_CLASSES = ["high", "low", "mid"]
+
+
+def _train_plan(project: Path) -> Any:
+    """A Pipeline built for gaps: SimpleImputer + OneHotEncoder(handle_unknown="ignore")
+    over numeric and string columns with NaN, multiclass with named classes."""
+    import joblib
+    import numpy as np
+    import pandas as pd
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline, make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    rng = np.random.default_rng(28)
+    n = 300
+    frame = pd.DataFrame(
+        {
+            "balance": rng.gamma(2.0, 400.0, n),
+            "income": rng.normal(40_000, 9_000, n),
+            "region": rng.choice(["north", "south", "east"], n).astype(object),
+        }
+    )
+    frame["risk"] = np.asarray(PLAN_CLASSES)[(frame["balance"] // 600).clip(0, 2).astype(int)]
+    for column in PLAN_INPUTS:
+        frame.loc[rng.random(n) < 0.15, column] = np.nan
+    frame.to_csv(project / "plan.csv", index=False)
+    frame = pd.read_csv(project / "plan.csv")  # as the user's own code reads it
+    prep = ColumnTransformer(
+        [
+            (
+                "numbers",
+                make_pipeline(SimpleImputer(strategy="median"), StandardScaler()),
+                ["balance", "income"],
+            ),
+            (
+                "region",
+                make_pipeline(
+                    SimpleImputer(strategy="most_frequent"), OneHotEncoder(handle_unknown="ignore")
+                ),
+                ["region"],
+            ),
+        ]
+    )
+    model = Pipeline([("prep", prep), ("lr", LogisticRegression(max_iter=1000))])
+    model.fit(frame[PLAN_INPUTS], frame["risk"])
+    joblib.dump(model, project / "plan.joblib")
+    return model
+
+
+# JSON null, an omitted key, NaN (Python's json writes the token), and an unseen string.
+PLAN_ROWS: list[dict[str, Any]] = [
+    {"balance": None, "income": 30_000.0, "region": "north"},
+    {"income": 52_000.0, "region": None},
+    {"balance": float("nan"), "income": float("nan"), "region": "south"},
+    {"balance": 900.0, "income": 41_000.0, "region": "west"},
+]
+
+
+def test_a_multiclass_pipeline_with_gaps_scores_from_the_wheel_like_its_own_predict_proba(
+    installed: SimpleNamespace,
+) -> None:
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from mlpipe.serving import free_port
+
+    project = installed.root / "gaps"
+    project.mkdir()
+    init = _run(installed, project, "init", "--no-feature-store")
+    assert init.returncode == 0, init.stderr
+    model = _train_plan(project)
+    register = _run(
+        installed, project, "register", "plan", "--model", "plan.joblib", "--dataset",
+        "plan.csv", "--label", "risk", "--json",
+    )  # fmt: skip
+    assert register.returncode == 0, register.stderr
+    assert "Warning" not in register.stderr, register.stderr
+    assert _run(installed, project, "deploy", "plan", "--version", "1").returncode == 0
+    port = free_port()
+    server = _serve(installed, project, port)
+    try:
+        answers = [
+            httpx.post(
+                f"http://127.0.0.1:{port}/predict",
+                content=json.dumps({"model": "plan", "features": row}).encode(),
+                headers={"content-type": "application/json"},
+                timeout=30,
+            )
+            for row in PLAN_ROWS
+        ]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    assert [a.status_code for a in answers] == [200] * len(PLAN_ROWS), answers[0].text
+    probabilities = [a.json()["probabilities"] for a in answers]
+    assert [list(p) for p in probabilities] == [PLAN_CLASSES] * len(PLAN_ROWS)
+    frame = pd.DataFrame([{k: row.get(k, np.nan) for k in PLAN_INPUTS} for row in PLAN_ROWS])
+    frame["region"] = frame["region"].astype(object).where(frame["region"].notna(), np.nan)
+    own = model.predict_proba(frame[PLAN_INPUTS])
+    got = [[p[c] for c in PLAN_CLASSES] for p in probabilities]
+    assert np.allclose(got, own, rtol=0, atol=1e-9), (got, own.tolist())
+    assert set(answers[1].json()["features_missing"]) == {"balance", "region"}
