@@ -91,3 +91,16 @@ def test_a_run_artifact_needs_trust_pickle(home: Path) -> None:
         "register", "fraud", "--run", run.info.run_id, "--dataset", str(data), cwd=home
     )
     _refused(result, marker, f"run {run.info.run_id} holds a pickle (model.pkl), which runs code")
+
+
+def test_a_pickle_whose_module_is_missing_names_the_module(home: Path) -> None:
+    _, data = train_toy_model(home / "in")
+    model = home / "model.joblib"
+    model.write_bytes(b"cmypkg_not_installed\nModel\n)\x81.")  # a mypkg_not_installed.Model()
+    result = run_cli("register", "fraud", "--model", str(model), "--dataset", str(data), cwd=home)
+    _refused(
+        result,
+        home / "never.txt",
+        "model.joblib needs the module 'mypkg_not_installed' to load (ModuleNotFoundError): "
+        "install it in this environment",
+    )

@@ -110,6 +110,11 @@ def _read_pickle(path: Path) -> Any:
 
     try:
         return joblib.load(path)
+    except ModuleNotFoundError as exc:  # the model's class lives in a module not installed here
+        raise InvalidInput(
+            f"{path.name} needs the module {exc.name!r} to load (ModuleNotFoundError): "
+            "install it in this environment"
+        ) from exc
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not a model file"
         raise InvalidInput(f"{path} is not a model file mlpipe reads: give {FILES}") from exc
 
