@@ -110,7 +110,8 @@ def test_outcomes_by_request_id_and_by_entity(settings, tmp_path):
     by_id.write_text("request_id,label\n" + "".join(f"r{i},{i % 2}\n" for i in range(30)))
     first = warehouse.load_outcomes(settings, by_id)
     assert (first.inserted, first.replaced) == (30, 0)
-    assert warehouse.load_outcomes(settings, by_id).replaced == 30  # loading twice changes nothing
+    again = warehouse.load_outcomes(settings, by_id)  # loading twice changes nothing
+    assert (again.inserted, again.replaced, again.unchanged) == (0, 0, 30)
     import pandas as pd
 
     late = pd.DataFrame(

@@ -130,8 +130,15 @@ def test_outcomes_keep_class_names_class_numbers_and_targets(
     ]
     assert _outcomes(settings) == expected
     again = warehouse.load_outcomes(settings, labels)  # the same file twice changes nothing
-    assert (again.inserted, again.replaced) == (0, 5)
+    assert (again.inserted, again.replaced, again.unchanged) == (0, 0, 5)
     assert _outcomes(settings) == expected
+    relabelled = tmp_path / "relabelled.csv"
+    relabelled.write_text("request_id,label\nab,0\nam,setosa\n")
+    changed = warehouse.load_outcomes(settings, relabelled)
+    assert (changed.inserted, changed.replaced, changed.unchanged) == (0, 1, 1)
+    assert _outcomes(settings)[0] == ("ab", 0.0, "0")
+    relabelled.write_text("request_id,label\nab,1\n")
+    warehouse.load_outcomes(settings, relabelled)
     window = warehouse.prediction_window(settings, "iris", _at(-60), _at(600)).rows
     by_id = window.set_index("request_id")
     assert by_id.loc["am", "outcome_label"] == "setosa" and math.isnan(by_id.loc["am", "outcome"])
@@ -244,3 +251,52 @@ def test_a_warehouse_from_migration_6_keeps_its_rows(settings: Settings, tmp_pat
     assert _stored(settings)["nr"] == (3.25, None, None)
     versions = warehouse.query(settings, "SELECT max(version) FROM schema_migrations").rows
     assert versions == [(_schema.HEAD,)]
+
+
+IRIS = ("setosa", "versicolor", "virginica")
+
+
+def _classes(model: str, version: str) -> tuple[object, ...] | None:
+    return {"fraud": (0, 1), "iris": IRIS}.get(model)  # price: a regression
+
+
+def test_labels_naming_no_class_of_the_model_load_and_are_counted(
+    logged: Settings, tmp_path: Path
+) -> None:
+    settings = logged
+    labels = tmp_path / "labels.csv"
+    # ab: class 1 (1.0 names it too); am: a class name; bm: "2" names no iris class;
+    # bb: 7 names no fraud class; ar: a regression target, never checked
+    labels.write_text("request_id,label\nab,1.0\nam,setosa\nbm,2\nbb,7\nar,2.5\n")
+    result = warehouse.load_outcomes(settings, labels, classes=_classes)
+    assert (result.inserted, result.unknown_labels) == (5, 2)
+    assert result.unknown_label_example == "'2' (iris v1: setosa, versicolor, virginica)"
+    assert len(_outcomes(settings)) == 5  # loaded all the same
+    assert warehouse.load_outcomes(settings, labels).unknown_labels == 0  # not asked: not checked
+
+
+@pytest.mark.parametrize("settings", ["duckdb"], indirect=True)
+def test_outcomes_load_cli_syncs_first_and_warns_of_labels_naming_no_class(
+    settings: Settings, tmp_path: Path
+) -> None:
+    from mlpipe import registry
+    from tests.conftest import run_cli, train_toy_model
+
+    model, data = train_toy_model(tmp_path / "toy")
+    registry.register(settings, "fraud", dataset=data, model_path=model)  # classes 0, 1
+    _write(settings.predlog_path / "seg.jsonl", _three_tasks("a"))  # served, not synced
+    env = {"MLPIPE_HOME": str(settings.home), "MLPIPE_WAREHOUSE_URL": settings.warehouse}
+    labels = tmp_path / "labels.csv"
+    labels.write_text("request_id,label\nab,yes\nam,setosa\n")
+    loaded = run_cli("outcomes", "load", str(labels), env=env)
+    assert loaded.returncode == 0, loaded.stderr
+    assert (
+        "Warning: 1 label(s) name no class of the model that scored them "
+        "(first: 'yes' (fraud v1: 0, 1)); loaded as given"
+    ) in loaded.stderr
+    assert "2 outcome(s) from" in loaded.stderr and "2 new, 0 replaced, 0 unchanged" in (
+        loaded.stderr
+    )
+    again = run_cli("outcomes", "load", str(labels), env=env)
+    assert "0 new, 0 replaced, 2 unchanged" in again.stderr, again.stderr
+    assert len(_outcomes(settings)) == 2

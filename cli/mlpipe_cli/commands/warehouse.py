@@ -242,16 +242,30 @@ def load(
 ) -> None:
     """Load outcomes (labels) and match them to logged predictions; all rows match or none load."""
     from dataclasses import asdict
+    from functools import partial
 
-    from mlpipe import warehouse
+    from mlpipe import deployments, registry, warehouse
 
+    settings = state.settings()
     result = warehouse.load_outcomes(
-        state.settings(), file, notify=console.status, tolerance_s=tolerance, tenant=tenant
+        settings,
+        file,
+        notify=console.status,
+        tolerance_s=tolerance,
+        tenant=tenant,
+        sync_first=True,
+        history=deployments.history_feed(settings),
+        classes=partial(registry.classes_of, settings),
     )
+    if result.unknown_labels:
+        console.status(
+            f"Warning: {result.unknown_labels} label(s) name no class of the model that "
+            f"scored them (first: {result.unknown_label_example}); loaded as given"
+        )
     if as_json:
         console.print_json(asdict(result))
         return
     console.status(
         f"{result.rows} outcome(s) from {file} matched by {result.matched_by}: "
-        f"{result.inserted} new, {result.replaced} replaced"
+        f"{result.inserted} new, {result.replaced} replaced, {result.unchanged} unchanged"
     )

@@ -20,7 +20,14 @@ from mlpipe.registry._input_schema import (
 from mlpipe.registry._load import load_reference, load_verified
 from mlpipe.registry._onnx_convert import convert_to_onnx, register_onnx
 from mlpipe.registry._quantize import quantize_module, register_quantized
-from mlpipe.registry._read import list_models, parse_ref, require_model, require_version, show
+from mlpipe.registry._read import (
+    classes_of,
+    list_models,
+    parse_ref,
+    require_model,
+    require_version,
+    show,
+)
 from mlpipe.registry._register import register, register_model
 from mlpipe.registry._torch_flavor import torch_scorer
 from mlpipe.registry._types import LoadedModel, ModelSummary, VersionInfo
@@ -33,6 +40,7 @@ __all__ = [
     "ModelSummary",
     "VersionInfo",
     "candidate_scorer",
+    "classes_of",
     "client",
     "convert_to_onnx",
     "list_models",

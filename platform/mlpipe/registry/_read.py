@@ -80,6 +80,16 @@ def _absent(exc: Any) -> bool:
     return exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE")
 
 
+def classes_of(settings: Settings, name: str, version: str) -> tuple[object, ...] | None:
+    """The class labels of classifier ``name/version``; None for a regression or a
+    version the registry does not hold. Raises StoreUnavailable when it is unreachable."""
+    try:
+        task = show(settings, f"{name}/{version}").task
+    except NotFound:
+        return None
+    return tuple(task.classes) if task.is_classifier else None
+
+
 def require_version(settings: Settings, name: str, version: str) -> None:
     """Raise NotFound unless ``name`` has a version ``version``."""
     require_model(settings, name)

@@ -16,6 +16,7 @@ one of them at random.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mlpipe.errors import InvalidInput, NotFound
-from mlpipe.warehouse import _engine, _schema
+from mlpipe.warehouse import _engine, _mirror, _schema
+from mlpipe.warehouse._sync import sync
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,17 +37,26 @@ ACCEPTED_COLUMNS = ("request_id", "entity_key", "timestamp", "label", "tenant")
 DEFAULT_MATCH_TOLERANCE_S = 60.0
 # The columns of a matched file, as ``outcomes`` stores them.
 _MATCHED = ["request_id", "tenant", "outcome", "outcome_label", "outcome_ts"]
+# (model, version) -> the version's class labels; None or () where it is no classifier
+# (or not known): then its outcomes are not checked against classes.
+ClassesOf = Callable[[str, str], Sequence[object] | None]
 
 
 @dataclass(frozen=True)
 class OutcomesResult:
-    """What one load did: rows in the file, how they were matched, how many were new."""
+    """What one load did: rows in the file, how they were matched, how many were new,
+    replaced (labelled before, now otherwise) or unchanged (the same label again), and
+    how many labels name no class of the classifier that scored them (loaded all the
+    same; ``unknown_label_example`` is the first, as ``'x' (iris v2: a, b, c)``)."""
 
     path: str
     rows: int
     matched_by: str  # "request_id" or "entity_key+timestamp"
     inserted: int
     replaced: int
+    unchanged: int = 0
+    unknown_labels: int = 0
+    unknown_label_example: str | None = None
 
 
 def _read_frame(path: Path) -> pd.DataFrame:
@@ -258,21 +269,32 @@ def load_outcomes(
     notify: _engine.Notify | None = None,
     tolerance_s: float = DEFAULT_MATCH_TOLERANCE_S,
     tenant: str | None = None,
+    *,
+    sync_first: bool = False,
+    history: _mirror.HistorySource | None = None,
+    classes: ClassesOf | None = None,
 ) -> OutcomesResult:
     """Load labels (CSV or Parquet) into ``outcomes``; loading a file twice changes nothing.
 
-    ``tenant`` names the tenant of every row (the file then has no ``tenant``
-    column). A label may be a class (``1``, ``setosa``) or a target (``2.5``):
-    ``outcome`` keeps its number (NULL where it is not one), ``outcome_label`` its
-    text. Raises :class:`NotFound` for a missing file and :class:`InvalidInput`
-    for an unreadable file, unknown or missing columns, an empty label or one that
-    is an infinite number, an
-    empty tenant, rows that match no logged prediction (of their tenant), or,
-    without a tenant, an id or entity key that more than one tenant logged; in
-    every error case nothing is written.
+    With ``sync_first`` the prediction log is synced into the warehouse first (as
+    the reports do; ``history`` as for :func:`mlpipe.warehouse.sync`), so labels
+    of requests just served match. ``tenant`` names the tenant of every row (the
+    file then has no ``tenant`` column). A label may be a class (``1``,
+    ``setosa``) or a target (``2.5``): ``outcome`` keeps its number (NULL where it
+    is not one), ``outcome_label`` its text. With ``classes``, a label naming no
+    class of any classifier version that scored its request is counted in the
+    result (and loaded). A request labelled again with the same label and
+    timestamp is unchanged, not replaced. Raises :class:`NotFound` for a missing
+    file and :class:`InvalidInput` for an unreadable file, unknown or missing
+    columns, an empty label or one that is an infinite number, an empty tenant,
+    rows that match no logged prediction (of their tenant), or, without a tenant,
+    an id or entity key that more than one tenant logged; in every error case
+    nothing is written.
     """
     path = Path(path)
     frame, by = _validate(_read_frame(path), path, tenant)
+    if sync_first:
+        sync(settings, notify, history=history)
     with _engine.write(settings, notify) as conn:
         if by == "request_id":
             matched = _match_ids(conn, frame, path)
@@ -280,9 +302,95 @@ def load_outcomes(
             matched = _match_entities(conn, frame, path, tolerance_s)
         # A request labelled twice in one file keeps its last label.
         matched = matched.drop_duplicates(["request_id", "tenant"], keep="last")
-        replaced = _delete_labelled(conn, matched)
-        rows = _insert(conn, settings, matched, path.name)
-    return OutcomesResult(str(path), len(frame), by, rows - replaced, replaced)
+        unknown, example = _unknown_labels(conn, matched, classes) if classes else (0, None)
+        changed = _changed(conn, matched)
+        replaced = _delete_labelled(conn, changed)
+        rows = _insert(conn, settings, changed, path.name) if len(changed) else 0
+    unchanged = len(matched) - len(changed)
+    return OutcomesResult(
+        str(path), len(frame), by, rows - replaced, replaced, unchanged, unknown, example
+    )
+
+
+def _labelled(conn: sa.Connection, matched: pd.DataFrame, *columns: str) -> list[tuple[Any, ...]]:
+    """``columns`` of the outcomes (or, ``model``/``version``, the predictions) already
+    stored for the matched (tenant, request id) pairs."""
+    table = _schema.predictions if "model" in columns else _schema.outcomes
+    found: list[tuple[Any, ...]] = []
+    for tenant, ids in matched.groupby("tenant")["request_id"]:
+        ids_ = ids.tolist()
+        for start in range(0, len(ids_), 5000):
+            chunk = ids_[start : start + 5000]
+            query = sa.select(*(table.c[c] for c in ("request_id", *columns))).where(
+                table.c.tenant == tenant, table.c.request_id.in_(chunk)
+            )
+            found.extend((tenant, *row) for row in conn.execute(query))
+    return found
+
+
+def _changed(conn: sa.Connection, matched: pd.DataFrame) -> pd.DataFrame:
+    """The matched rows whose stored outcome differs (or is absent): the others stay as
+    they are, so loading the same file again writes nothing."""
+    import pandas as pd
+
+    stored = {
+        (tenant, rid): (label, None if ts is None or pd.isna(ts) else pd.Timestamp(ts))
+        for tenant, rid, label, ts in _labelled(conn, matched, "outcome_label", "outcome_ts")
+    }
+    if not stored:
+        return matched
+    same = [
+        stored.get((t, r)) == (label, None if pd.isna(ts) else pd.Timestamp(ts))
+        for t, r, label, ts in zip(
+            matched["tenant"],
+            matched["request_id"],
+            matched["outcome_label"],
+            matched["outcome_ts"],
+            strict=True,
+        )
+    ]
+    return matched[[not s for s in same]]
+
+
+def _names_class(label: str, classes: Sequence[object]) -> bool:
+    """Whether ``label`` (as the file gave it) names one of ``classes`` (``1`` and
+    ``1.0`` name the class 1)."""
+    if any(label == str(c) for c in classes):
+        return True
+    try:
+        number = float(label)
+    except ValueError:
+        return False
+    return any(
+        isinstance(c, int | float) and not isinstance(c, bool) and float(c) == number
+        for c in classes
+    )
+
+
+def _unknown_labels(
+    conn: sa.Connection, matched: pd.DataFrame, classes_of: ClassesOf
+) -> tuple[int, str | None]:
+    """How many labels name no class of any classifier version that scored their request,
+    and the first of them described."""
+    scored: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for tenant, rid, model, version in _labelled(conn, matched, "model", "version"):
+        scored.setdefault((tenant, rid), set()).add((model, version))
+    known: dict[tuple[str, str], tuple[object, ...]] = {}
+    count, example = 0, None
+    pairs = zip(matched["tenant"], matched["request_id"], matched["outcome_label"], strict=True)
+    for tenant, rid, label in pairs:
+        versions = sorted(scored.get((tenant, rid), ()))
+        for mv in versions:
+            if mv not in known:
+                known[mv] = tuple(classes_of(*mv) or ())
+        classifiers = [mv for mv in versions if known[mv]]
+        if classifiers and not any(_names_class(label, known[mv]) for mv in classifiers):
+            count += 1
+            if example is None:
+                model, version = classifiers[0]
+                names = ", ".join(str(c) for c in known[classifiers[0]])
+                example = f"{label!r} ({model} v{version}: {names})"
+    return count, example
 
 
 def _delete_labelled(conn: sa.Connection, matched: pd.DataFrame) -> int:
