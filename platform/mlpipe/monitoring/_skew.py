@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mlpipe import features, registry, warehouse
 from mlpipe.config import Settings
+from mlpipe.errors import InvalidInput
 from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
 from mlpipe.monitoring._screen import SkippedColumn
 from mlpipe.windows import Window, window_ending
@@ -272,8 +273,15 @@ def skew(
     mirrors into the warehouse (see :func:`mlpipe.warehouse.sync`). Raises
     :class:`InvalidInput` for a bad window, :class:`NotFound` for a model
     without logged predictions, and what :func:`mlpipe.features.training_set`
-    raises when the offline store fails.
+    raises when the offline store fails; :class:`InvalidInput` in a project
+    without a feature store (``feature_store = false``), where there is nothing to
+    compare with (nothing synced, no report written).
     """
+    if not settings.feature_store:
+        raise InvalidInput(
+            "skew compares served features with the feature store, and this project has none "
+            "(feature_store = false in mlpipe.toml)"
+        )
     current = window_ending(window, end)
     sample_rows = sample or settings.monitor.skew_sample_rows
     rel_tol = settings.monitor.skew_rel_tolerance

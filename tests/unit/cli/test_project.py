@@ -72,6 +72,17 @@ def test_init_without_a_feature_store_then_doctor_from_a_subdirectory(
     assert (
         err == "error: this project has no feature store (feature_store = false in mlpipe.toml)\n"
     )
+    # skew does not apply: one line, exit 2, nothing synced and no report written
+    warehouse_file = nowhere / ".mlpipe" / "warehouse.duckdb"
+    before = warehouse_file.stat().st_mtime_ns
+    code, out, err = mlpipe(monkeypatch, capsys, "monitor", "skew", "fraud")
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: skew compares served features with the feature store, and this project has "
+        "none (feature_store = false in mlpipe.toml)\n"
+    )
+    assert not (nowhere / ".mlpipe" / "reports").exists()
+    assert warehouse_file.stat().st_mtime_ns == before
 
 
 def test_init_no_feature_store_on_a_project_that_has_one_changes_nothing(
