@@ -101,17 +101,35 @@ def plan_deploy(
     if canary is not None:
         _check_percent("--canary", canary, allow_full=False)
         _require_other_than_champion(base, version, "canary")
+        _require_not_on(base, version, "canary", base.shadow, "shadow")
         return "canary", replace(base, canary=version, canary_weight=float(canary))
     if shadow is not None:
         _check_percent("--shadow", shadow, allow_full=True)
         _require_other_than_champion(base, version, "shadow")
+        _require_not_on(base, version, "shadow", base.canary, "canary")
         return "shadow", replace(base, shadow=version, shadow_sample=float(shadow))
     if base.champion == version:
         raise InvalidInput(f"version {version} of {model} is already the champion")
     nxt = replace(base, champion=version, previous=base.champion)
     if nxt.canary == version:
         nxt = replace(nxt, canary=None, canary_weight=0.0)
-    return "deploy", nxt
+    return "deploy", _without_shadow_of_champion(nxt)
+
+
+def _require_not_on(base: Deployment, version: str, arm: str, other: str | None, name: str) -> None:
+    """A version runs on one arm: a shadow's own answers would be compared with themselves."""
+    if other == version:
+        raise InvalidInput(
+            f"version {version} of {base.model} is the {name}; a version cannot be {arm} and "
+            f"{name} at once"
+        )
+
+
+def _without_shadow_of_champion(nxt: Deployment) -> Deployment:
+    """The record without a shadow that is now the champion (a shadow of itself)."""
+    if nxt.shadow is not None and nxt.shadow == nxt.champion:
+        return replace(nxt, shadow=None, shadow_sample=0.0)
+    return nxt
 
 
 def _require_other_than_champion(base: Deployment, version: str, arm: str) -> None:
@@ -127,13 +145,14 @@ def plan_promote(current: Deployment) -> Deployment:
     """Canary becomes champion, the old champion becomes previous."""
     if current.canary is None:
         raise InvalidInput(f"{current.model} has no canary to promote")
-    return replace(
+    promoted = replace(
         current,
         champion=current.canary,
         previous=current.champion,
         canary=None,
         canary_weight=0.0,
     )
+    return _without_shadow_of_champion(promoted)
 
 
 def plan_rollback(current: Deployment) -> tuple[str, Deployment]:

@@ -1,5 +1,7 @@
 """The pure rules of the deployment state machine."""
 
+from dataclasses import replace
+
 import pytest
 
 from mlpipe.deployments import Deployment, plan_deploy, plan_promote, plan_rollback, plan_undeploy
@@ -78,3 +80,29 @@ def test_undeploy_clears_every_arm_and_keeps_the_champion_as_previous() -> None:
         plan_undeploy(out)
     action, back = plan_rollback(out)
     assert (action, back.champion, back.previous) == ("rollback", "1", None)
+
+
+def test_a_version_is_never_canary_and_shadow_at_once() -> None:
+    _, shadowed = plan_deploy(LIVE, "fraud", "2", shadow=50)
+    with pytest.raises(InvalidInput) as refused:
+        plan_deploy(shadowed, "fraud", "2", canary=10)
+    assert str(refused.value) == (
+        "version 2 of fraud is the shadow; a version cannot be canary and shadow at once"
+    )
+    _, canary = plan_deploy(LIVE, "fraud", "2", canary=10)
+    with pytest.raises(InvalidInput, match="version 2 of fraud is the canary; a version cannot "):
+        plan_deploy(canary, "fraud", "2", shadow=50)
+    _, both = plan_deploy(canary, "fraud", "3", shadow=50)  # another version: fine
+    assert (both.canary, both.shadow) == ("2", "3")
+
+
+def test_a_version_promoted_or_deployed_is_no_longer_its_own_shadow() -> None:
+    # a record from before the rule: version 2 both canary and shadow
+    old = Deployment(model="fraud", generation=3, champion="1", canary="2", shadow="2")
+    promoted = plan_promote(replace(old, canary_weight=10.0))
+    assert (promoted.champion, promoted.shadow, promoted.shadow_sample) == ("2", None, 0.0)
+    _, shadowed = plan_deploy(LIVE, "fraud", "2", shadow=50)
+    _, deployed = plan_deploy(shadowed, "fraud", "2")
+    assert (deployed.champion, deployed.shadow) == ("2", None)
+    _, kept = plan_deploy(shadowed, "fraud", "3")  # another champion keeps the shadow
+    assert kept.shadow == "2"
