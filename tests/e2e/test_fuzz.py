@@ -65,8 +65,8 @@ def _is_json_error(body: bytes) -> bool:
 
 
 # The document is the same for every model: it cannot say which inputs of the served model
-# are numbers (a boolean refused) or cannot take a missing value (null refused).
-PER_MODEL = ("expected a number, got a boolean", "this model cannot take a missing value")
+# are numbers or integers (a boolean refused) or cannot take a missing value (null refused).
+PER_MODEL = ("got a boolean", "this model cannot take a missing value")
 
 
 def _undocumented_refusal(resp: Any) -> bool:
