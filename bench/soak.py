@@ -42,6 +42,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=None, help="serving workers (default: settings)")
     p.add_argument("--home", type=Path, default=RESULTS / "home", help="bench stack (reused)")
     p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
+        "--keep-loaded-hours",
+        type=float,
+        default=0.0,
+        help="a `warehouse sync` after each sample releases segments loaded this long ago "
+        "(predlog.keep_loaded_hours; 0: at once); --no-sync: the log only grows",
+    )
+    p.add_argument("--no-sync", action="store_true", help="no warehouse sync between samples")
     a = p.parse_args(argv)
     if a.minutes <= 0 or a.rate <= 0 or a.sample_every <= 0 or a.warmup < 0:
         p.error("--minutes, --rate and --sample-every must be > 0, --warmup >= 0")
@@ -81,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.warmup:
                 load(args.warmup)
             t0 = time.monotonic()
-            samples.append(_sample(0.0))
+            samples.append(_sample(0.0, home))
             _say(_progress(samples[-1], windows))
             total_s = args.minutes * 60
             while (elapsed := time.monotonic() - t0) < total_s - 0.5:
                 windows.append(load(min(args.sample_every, total_s - elapsed)))
-                samples.append(_sample(time.monotonic() - t0))
+                if not args.no_sync:
+                    _sync(home, args.keep_loaded_hours)
+                samples.append(_sample(time.monotonic() - t0, home))
                 _say(_progress(samples[-1], windows))
     finally:
         servers.stop_all()
@@ -97,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         "rate": args.rate,
         "warmup_s": args.warmup,
         "sample_every_s": args.sample_every,
+        "sync": None if args.no_sync else {"keep_loaded_hours": args.keep_loaded_hours},
         "wall_s": round(time.monotonic() - started, 1),
         "load": summarize("mlpipe", "open", _merge(windows), rate=args.rate, label="soak"),
         "processes": growth(samples),
@@ -136,7 +147,7 @@ def _label(cmdline: list[str], pid: int) -> str:
     return f"{Path(cmdline[0]).name if cmdline else '?'} (pid {pid})"
 
 
-def _sample(t_s: float) -> dict[str, Any]:
+def _sample(t_s: float, home: Path) -> dict[str, Any]:
     import psutil
 
     rss: dict[str, float] = {}
@@ -145,7 +156,24 @@ def _sample(t_s: float) -> dict[str, Any]:
             rss[label] = round(proc.memory_info().rss / MB, 1)
         except psutil.Error:
             pass
-    return {"t_s": round(t_s, 1), "rss_mb": rss}
+    files = [p for p in _log_dir(home).rglob("*") if p.is_file()]
+    log_mb = round(sum(p.stat().st_size for p in files if p.exists()) / MB, 2)
+    return {"t_s": round(t_s, 1), "rss_mb": rss, "log_mb": log_mb, "log_files": len(files)}
+
+
+def _log_dir(home: Path) -> Path:
+    from mlpipe.config import load_settings
+
+    return load_settings(home=home).predlog_path
+
+
+def _sync(home: Path, keep_loaded_hours: float) -> None:
+    """Load the log into the warehouse, which releases the segments it loaded whole."""
+    from mlpipe import warehouse
+    from mlpipe.config import load_settings
+
+    settings = load_settings(home=home, predlog={"keep_loaded_hours": keep_loaded_hours})
+    warehouse.sync(settings)
 
 
 def _merge(windows: list[Sample]) -> Sample:
@@ -213,6 +241,14 @@ def render(result: dict[str, Any]) -> str:
         cells = [name, f"{r['start_mb']:.1f}", f"{r['end_mb']:.1f}", f"{r['growth_mb']:+.1f}"]
         cells += [pct, f"{r['max_mb']:.1f}", slope]
         lines.append("| " + " | ".join(cells) + " |")
+    sizes = [(s["t_s"], s["log_mb"], s["log_files"]) for s in result["samples"] if "log_mb" in s]
+    if sizes:
+        lines.append("")
+        lines.append(
+            "log directory (MB, files) over time: "
+            + ", ".join(f"{t:g} s {mb:g} MB/{n}" for t, mb, n in sizes)
+            + f"; max {max(mb for _, mb, _ in sizes):g} MB"
+        )
     ld = result["load"]
     statuses = ", ".join(f"{k}: {v}" for k, v in (ld.get("statuses") or {}).items())
     lines.append("")
@@ -229,7 +265,8 @@ def _progress(sample: dict[str, Any], windows: list[Sample]) -> str:
     done = sum(len(w.latencies_s) + w.errors for w in windows)
     errors = sum(w.errors for w in windows)
     rss = ", ".join(f"{k.split(' (pid')[0]} {v:.0f}" for k, v in sample["rss_mb"].items())
-    return f"t={sample['t_s']:>6.0f} s  {done} requests, {errors} errors; RSS MB: {rss}"
+    log = f"; log {sample['log_mb']:g} MB in {sample['log_files']} file(s)"
+    return f"t={sample['t_s']:>6.0f} s  {done} requests, {errors} errors; RSS MB: {rss}{log}"
 
 
 def _say(text: str) -> None:
