@@ -42,6 +42,8 @@ def producer_config(
         "acks": "all",
         "enable.idempotence": True,
         "message.timeout.ms": max(1, int(timeout_s * 1000)),
+        # only a failed record reports back: no Python callback per acknowledged record
+        "delivery.report.only.error": True,
     }
 
 
