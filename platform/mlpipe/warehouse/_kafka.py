@@ -283,28 +283,15 @@ def _insert_rows(conn: Connection, decoded: _Decoded, on_duckdb: bool) -> tuple[
 
 
 def _quarantine(conn: Connection, decoded: _Decoded) -> None:
-    from mlpipe.warehouse._sync import _storable_text
+    from mlpipe.warehouse._sync import quarantine_rows
 
     if not decoded.quarantine:
         return
     q = _schema.quarantine
-    now = datetime.now(UTC).replace(tzinfo=None)
     for line, _ in decoded.quarantine:
         conn.execute(q.delete().where(q.c.segment == line.segment, q.c.line == line.line))
-    conn.execute(
-        q.insert(),
-        [
-            {
-                "segment": line.segment,
-                "line": line.line,
-                "kind": line.kind,
-                "reason": line.reason,
-                "record": _storable_text(raw),
-                "loaded_at": now,
-            }
-            for line, raw in decoded.quarantine
-        ],
-    )
+    now = datetime.now(UTC).replace(tzinfo=None)
+    conn.execute(q.insert(), quarantine_rows(decoded.quarantine, now))
 
 
 def _write_batch(

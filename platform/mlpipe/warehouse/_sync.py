@@ -291,7 +291,20 @@ def _book(
                 path=rel, size=size, rows=n_rows, skipped_lines=n_skipped, loaded_at=now
             )
         )
-    rows = [
+    rows = quarantine_rows(quarantine, now)
+    if rows:
+        conn.execute(q.insert(), rows)
+    return len(rows)
+
+
+_QUARANTINE_BYTES = 64 * 1024  # of a quarantined line, kept
+
+
+def quarantine_rows(
+    lines: Sequence[tuple[SkippedLine, bytes]], now: datetime
+) -> list[dict[str, object]]:
+    """``quarantine`` rows for skipped lines (or Kafka records) and their bytes."""
+    return [
         {
             "segment": line.segment,
             "line": line.line,
@@ -300,14 +313,8 @@ def _book(
             "record": _storable_text(raw),
             "loaded_at": now,
         }
-        for line, raw in quarantine
+        for line, raw in lines
     ]
-    if rows:
-        conn.execute(q.insert(), rows)
-    return len(rows)
-
-
-_QUARANTINE_BYTES = 64 * 1024  # of a quarantined line, kept
 
 
 def _storable_text(raw: bytes) -> str:
