@@ -72,7 +72,7 @@ class PredlogSettings(_Section):
     kafka_group: str = "mlpipe-warehouse"
     # records read into one warehouse transaction by `warehouse sync`, and how long it waits
     # to fill one: the answer-to-warehouse delay of `sync --follow` (bench/kafka.py)
-    kafka_sync_batch: int = Field(50_000, ge=1)
+    kafka_sync_batch: int = Field(100_000, ge=1)
     kafka_sync_wait_s: float = Field(0.25, gt=0)
     # librdkafka settings added to the producer's and the consumer's: a managed Kafka's
     # security.protocol, sasl.mechanism, sasl.username, ssl.ca.location... (docs/production.md)

@@ -192,7 +192,10 @@ def _decode(messages: Sequence[Any], topic: str) -> _Decoded:
 
 
 def _tenant_header(msg: Any) -> bytes | None:
-    for name, value in msg.headers() or ():
+    headers = msg.headers()
+    if headers and len(headers) == 1 and headers[0][0] == TENANT_HEADER:  # as mlpipe writes it
+        return headers[0][1] or b""
+    for name, value in headers or ():
         if name == TENANT_HEADER:
             return value or b""
     return None
@@ -219,22 +222,27 @@ def _load_whole_duckdb(
 
     from mlpipe.warehouse._sync import _insert_duckdb, _reused_ids
 
-    lines, rest = [], []
+    parts: list[bytes] = []  # per record: its framing, then its value after the "{"
+    rest = []
+    tenants: dict[bytes | None, bytes] = {None: b"null"}  # a header's JSON, once per tenant
     for msg in messages:
         value = msg.value() or b""
         if not value.startswith(b"{") or b"\n" in value:
             rest.append(msg)
             continue
         header = _tenant_header(msg)
-        tenant = b"null" if header is None else msgspec.json.encode(header.decode(errors="replace"))
-        lines.append(b'{"_p":%d,"_o":%d,"_h":%s,' % (msg.partition(), msg.offset(), tenant))
-        lines[-1] += value[1:]
+        if header is not None and header not in tenants:
+            tenants[header] = msgspec.json.encode(header.decode(errors="replace"))
+        parts.append(
+            b'{"_p":%d,"_o":%d,"_h":%s,' % (msg.partition(), msg.offset(), tenants[header])
+        )
+        parts.append(value[1:] + b"\n")
     counts = BatchCounts()
-    if not lines:
+    if not parts:
         return counts, rest
     raw = _engine.duckdb_connection(conn)
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
-        f.write(b"\n".join(lines) + b"\n")
+        f.write(b"".join(parts))
         f.flush()
         source = f"read_json($files, format = 'newline_delimited', columns = {_KAFKA_COLUMNS})"
         quoted = _segment(topic, 0)[: -len("0")].replace("'", "''")
