@@ -6,10 +6,8 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mlpipe.serving._schema import PredictRequest
+from mlpipe.serving._schema import PredictRequest, logged_strings
 
 # Zero-width and bidirectional formatting characters (issue 29, item 12): invisible, or
 # they reorder what follows, so an id holding one shows in a table or a report as another.
@@ -36,12 +34,7 @@ def invisible_character_problem(req: PredictRequest) -> tuple[str, str] | None:
     Those strings are logged, routed on and shown in CLI tables and reports, where
     such a character makes one id look like another; the gateway refuses it (422).
     """
-    strings = [("request_id", req.request_id or "")]
-    for key, value in req.entity.items():
-        strings.append((f"entity.{key}", key))
-        if isinstance(value, str):
-            strings.append((f"entity.{key}", value))
-    for field, text in strings:
+    for field, text in logged_strings(req):
         found = None if text.isascii() else _INVISIBLE.search(text)  # ASCII: the usual id
         if found is not None:
             char = f"U+{ord(found.group()):04X}"

@@ -111,6 +111,17 @@ def control_character(text: str) -> str | None:
     return None if found is None else f"U+{ord(found.group()):04X}"
 
 
+def logged_strings(req: PredictRequest) -> list[tuple[str, str]]:
+    """(field, text) of each string the prediction log keeps and the CLI shows: the request
+    id, and the entity's names and string values."""
+    strings = [("request_id", req.request_id or "")]
+    for key, value in req.entity.items():
+        strings.append((f"entity.{key}", key))
+        if isinstance(value, str):
+            strings.append((f"entity.{key}", value))
+    return strings
+
+
 def control_character_problem(req: PredictRequest) -> tuple[str, str] | None:
     """(field, message) for a control character in a string the prediction log would keep.
 
@@ -119,12 +130,7 @@ def control_character_problem(req: PredictRequest) -> tuple[str, str] | None:
     and terminals act on escape codes: such a request is refused (400), never
     logged.
     """
-    strings = [("request_id", req.request_id or "")]
-    for key, value in req.entity.items():
-        strings.append((f"entity.{key}", key))
-        if isinstance(value, str):
-            strings.append((f"entity.{key}", value))
-    for field, text in strings:
+    for field, text in logged_strings(req):
         char = control_character(text)
         if char is not None:
             return field, f"{field}: control character {char} not allowed"
