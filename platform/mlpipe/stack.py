@@ -10,6 +10,7 @@ from pathlib import Path
 from mlpipe import deployments, features, registry, warehouse
 from mlpipe.config import CONFIG_FILE, Settings, load_settings, project_or_cwd
 from mlpipe.errors import InvalidInput, MlpipeError
+from mlpipe.windows import duration_text
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def _check_log_dir(settings: Settings) -> str:
     oldest = (
         "every segment loaded"
         if usage.oldest_unloaded_s is None
-        else f"{usage.unloaded} not loaded, oldest {_age(usage.oldest_unloaded_s)}"
+        else f"{usage.unloaded} not loaded, oldest {duration_text(usage.oldest_unloaded_s)}"
     )
     detail = (
         f"{writable}; {usage.segments} segment(s), {usage.bytes / 1e6:.1f} MB ({oldest}); "
@@ -199,14 +200,6 @@ def _check_log_dir(settings: Settings) -> str:
             "sync the warehouse, or lower predlog.keep_loaded_hours (docs/data-lifecycle.md)"
         )
     return detail
-
-
-def _age(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
 
 
 def _check_kafka_log(settings: Settings) -> str:

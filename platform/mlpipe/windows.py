@@ -24,6 +24,15 @@ def parse_duration(text: str, what: str = "window") -> timedelta:
     return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
 
 
+def duration_text(seconds: float) -> str:
+    """A duration for people: ``42s``, ``17m``, ``3.5h``."""
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 

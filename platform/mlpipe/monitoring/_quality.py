@@ -31,6 +31,7 @@ from mlpipe.monitoring import _label_metrics as lm
 from mlpipe.monitoring import _task_metrics as tm
 from mlpipe.monitoring._calibration import MIN_EFFECT, reference_digest, safe_name, severity
 from mlpipe.tasks import Task, TaskSpec
+from mlpipe.windows import duration_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -295,13 +296,5 @@ def label_lag(rows: pd.DataFrame, labelled: np.ndarray) -> str:
     gap = rows["ts"].max() - newest
     return (
         f"outcomes for {int(labelled.sum())} of {len(rows)} request(s); the newest labelled "
-        f"request is {_duration(gap.total_seconds())} older than the newest request"
+        f"request is {duration_text(gap.total_seconds())} older than the newest request"
     )
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
