@@ -97,8 +97,12 @@ def consumer_config(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _segment_prefix(topic: str) -> str:
+    return f"kafka:{topic}/"
+
+
 def _segment(topic: str, partition: int) -> str:
-    return f"kafka:{topic}/{partition}"
+    return f"{_segment_prefix(topic)}{partition}"
 
 
 def stored_positions(conn: Connection, topic: str) -> dict[int, int]:
@@ -182,7 +186,7 @@ def _decode(messages: Sequence[Any], topic: str) -> _Decoded:
         except msgspec.DecodeError as exc:
             why = f"not a prediction record: {exc}"
         else:
-            why, kind = _refusal(record, msg.headers() or []), CANNOT_STORE
+            why, kind = _refusal(record, _tenant_header(msg)), CANNOT_STORE
         if why is None:
             out.records.append(record)
             out.segments.append(f"{segment}@{offset}")
@@ -192,10 +196,8 @@ def _decode(messages: Sequence[Any], topic: str) -> _Decoded:
 
 
 def _tenant_header(msg: Any) -> bytes | None:
-    headers = msg.headers()
-    if headers and len(headers) == 1 and headers[0][0] == TENANT_HEADER:  # as mlpipe writes it
-        return headers[0][1] or b""
-    for name, value in headers or ():
+    """The record's first tenant header (b"" when empty), or None without one."""
+    for name, value in msg.headers() or ():
         if name == TENANT_HEADER:
             return value or b""
     return None
@@ -245,7 +247,7 @@ def _load_whole_duckdb(
         f.write(b"".join(parts))
         f.flush()
         source = f"read_json($files, format = 'newline_delimited', columns = {_KAFKA_COLUMNS})"
-        quoted = _segment(topic, 0)[: -len("0")].replace("'", "''")
+        quoted = _segment_prefix(topic).replace("'", "''")
         sql = rows_sql(source, f"'{quoted}' || _p || '@' || _o", ", _p, _o, _h")
         # loaded: a valid record whose tenant header, if any, names the record's tenant
         sql = f"SELECT *, ok AND coalesce(_h IS NULL OR _h = tenant, false) AS keep FROM ({sql})"
@@ -265,14 +267,13 @@ def _load_whole_duckdb(
     return counts, rest
 
 
-def _refusal(record: PredictionRecord, headers: Sequence[tuple[str, bytes | None]]) -> str | None:
+def _refusal(record: PredictionRecord, header: bytes | None) -> str | None:
     """Why a decoded record is not loaded: unstorable, or a tenant header naming another tenant."""
     why = unstorable(record)
     if why is not None:
         return why
-    for name, value in headers:
-        if name == TENANT_HEADER and (value or b"").decode(errors="replace") != record.tenant:
-            return f"tenant header {value!r} does not match the record's tenant {record.tenant!r}"
+    if header is not None and header.decode(errors="replace") != record.tenant:
+        return f"tenant header {header!r} does not match the record's tenant {record.tenant!r}"
     return None
 
 
@@ -348,7 +349,6 @@ class TopicReader:
         self.notify = notify
         self.on_duckdb = _engine.is_duckdb(settings.warehouse)
         self.positions: dict[int, int | None] = {}  # assigned partition -> warehouse position
-        self.assigned = False
         self._consumer = Consumer(consumer_config(settings))
 
     @contextmanager
@@ -365,7 +365,6 @@ class TopicReader:
             tp.offset = stored.get(tp.partition, OFFSET_BEGINNING)
             self.positions[tp.partition] = stored.get(tp.partition)
         consumer.assign(partitions)
-        self.assigned = True
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         for tp in partitions:
@@ -402,7 +401,6 @@ class TopicReader:
         self._consumer.assign(
             [TopicPartition(self.topic, p, stored.get(p, OFFSET_BEGINNING)) for p in partitions]
         )
-        self.assigned = True
 
     def subscribe(self) -> None:
         self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
