@@ -97,10 +97,7 @@ class Scoring:
         context switch a request, which showed in the p99 under open-loop load
         (decision 019).
         """
-        pipeline = self.runtime.pipeline
-        if pipeline.sink.waits_for_acks:  # Kafka: the loop scores the next batch meanwhile
-            return await pipeline.predict_batch_async(requests)
-        return pipeline.predict_batch(requests)
+        return await self.runtime.pipeline.predict_batch_async(requests)
 
     def __is_ready__(self) -> bool:
         """True, or ``/readyz`` answers 503 saying why: loading (this worker or, with

@@ -139,7 +139,7 @@ class ScoringPipeline:
         self._cache: LRUCache[Prediction] = LRUCache(settings.serving.prediction_cache_size)
         self._pii = PiiHasher(settings.pii_fields, settings.pii_key)
         self._shadow_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-shadow")
-        # predict_batch_async's log writes, one at a time, in the order the batches were scored
+        # the log writes of a sink that waits for acks (_log), one at a time, in batch order
         self._log_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-log")
         self._shadow_backlog = 0
         self._shadow_lock = Lock()
@@ -197,19 +197,29 @@ class ScoringPipeline:
     async def predict_batch_async(
         self, requests: Sequence[PredictRequest], *, together: bool = False
     ) -> list[dict[str, Any]]:
-        """:meth:`predict_batch` for a sink that waits on the network (Kafka's acks).
+        """:meth:`predict_batch` on the event loop, the log written by :meth:`_log`.
 
-        The batch is scored on the event loop as before; the log write, which
-        waits for the broker, runs on the one log thread, so the loop scores the
-        next batch meanwhile instead of sitting through the round trip. The
-        contract is the same: nothing is answered before its row is logged.
+        The batch is scored on the loop as before; with a sink that waits on the
+        network (Kafka's acks) the loop scores the next batch while the log thread
+        waits. The contract is the same: nothing is answered before its row is logged.
         """
+        results, items = self._score_batch(requests, together)
+        await self._log(items)
+        return self._answer(results, items)
+
+    async def _log(
+        self, items: Sequence[_Item], records: list[PredictionRecord] | None = None
+    ) -> None:
+        """:meth:`_append` on the one log thread for a sink that waits for acks (Kafka),
+        in place for one that writes to the OS (segment files: the hop would cost a
+        context switch a batch, decision 019)."""
         import asyncio
 
-        results, items = self._score_batch(requests, together)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._log_pool, self._append, items)
-        return self._answer(results, items)
+        if self.sink.waits_for_acks:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._log_pool, self._append, items, records)
+        else:
+            self._append(items, records)
 
     async def predict_together_async(
         self, requests: Sequence[PredictRequest], *, chunk: int
@@ -247,11 +257,7 @@ class ScoringPipeline:
         for start in range(0, len(items), chunk):
             await asyncio.sleep(0)
             records += self._records(items[start : start + chunk])
-        if self.sink.waits_for_acks:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._log_pool, self._append, items, records)
-        else:
-            self._append(items, records)
+        await self._log(items, records)
         await asyncio.sleep(0)
         return self._answer(results, items)
 
