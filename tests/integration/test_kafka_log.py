@@ -65,6 +65,16 @@ def _settings(home: Path, broker: Broker, topic: str, **predlog: object) -> Sett
     )
 
 
+def _env(home: Path, broker: Broker, topic: str) -> dict[str, str]:
+    """The Kafka log settings as the environment of an ``mlpipe`` process."""
+    return {
+        "MLPIPE_HOME": str(home),
+        "MLPIPE_PREDLOG__SINK": "kafka",
+        "MLPIPE_PREDLOG__KAFKA_BOOTSTRAP": broker.bootstrap,
+        "MLPIPE_PREDLOG__KAFKA_TOPIC": topic,
+    }
+
+
 def _rows(settings: Settings) -> list[tuple[str, str, str]]:
     with warehouse.read(settings) as conn:
         return [
@@ -142,11 +152,8 @@ def test_sync_killed_at_any_point_then_rerun_loads_every_record_exactly_once(
     )  # fmt: skip
     env = {
         **os.environ,
-        "MLPIPE_HOME": str(settings.home),
+        **_env(settings.home, broker, topic),
         "MLPIPE_WAREHOUSE_URL": settings.warehouse,
-        "MLPIPE_PREDLOG__SINK": "kafka",
-        "MLPIPE_PREDLOG__KAFKA_BOOTSTRAP": broker.bootstrap,
-        "MLPIPE_PREDLOG__KAFKA_TOPIC": topic,
         "MLPIPE_PREDLOG__KAFKA_SYNC_BATCH": "100",
         "MLPIPE_PREDLOG__KAFKA_GROUP": f"g-{topic}",
     }
@@ -229,10 +236,7 @@ def test_lag_is_reported_per_partition_by_sync_and_doctor(broker: Broker, tmp_pa
     )
     lag = warehouse.topic_lag(settings)
     assert sorted(p.lag for p in lag) == [0, 7] and all(p.loaded == 0 for p in lag)
-    env = {
-        "MLPIPE_HOME": str(tmp_path), "MLPIPE_PREDLOG__SINK": "kafka",
-        "MLPIPE_PREDLOG__KAFKA_BOOTSTRAP": broker.bootstrap, "MLPIPE_PREDLOG__KAFKA_TOPIC": topic,
-    }  # fmt: skip
+    env = _env(tmp_path, broker, topic)
     doctor = run_cli("doctor", "--json", env=env, cwd=tmp_path)
     assert doctor.stdout.strip(), doctor.stderr[-3000:]
     checks = {c["store"]: c for c in json.loads(doctor.stdout)}
@@ -309,10 +313,7 @@ def test_follow_loads_records_as_they_arrive_and_stops_on_sigterm(
     topic = _topic()
     broker.create_topic(topic, partitions=2)
     settings = _settings(tmp_path, broker, topic)
-    env = {
-        **os.environ, "MLPIPE_HOME": str(tmp_path), "MLPIPE_PREDLOG__SINK": "kafka",
-        "MLPIPE_PREDLOG__KAFKA_BOOTSTRAP": broker.bootstrap, "MLPIPE_PREDLOG__KAFKA_TOPIC": topic,
-    }  # fmt: skip
+    env = {**os.environ, **_env(tmp_path, broker, topic)}
     mlpipe = str(Path(sys.executable).parent / "mlpipe")
     metrics_port = free_port()
     follower = subprocess.Popen(
