@@ -54,6 +54,11 @@ def register_version(
     model: Path | None = typer.Option(None, "--model", help="Model file or MLflow dir."),
     run: str | None = typer.Option(None, "--run", help="MLflow run id holding 'model'."),
     dataset: Path = typer.Option(..., "--dataset", help="Training set (CSV/Parquet)."),
+    eval_dataset: Path | None = typer.Option(
+        None,
+        "--eval-dataset",
+        help="Holdout (its inputs and the label): the version's metrics are measured on it.",
+    ),
     feature_service: str | None = typer.Option(None, "--feature-service"),
     label: str = typer.Option("label", "--label", help="Label column in the dataset."),
     features: str | None = typer.Option(
@@ -93,6 +98,11 @@ def register_version(
 
     if quantize is not None and to_onnx:
         raise InvalidInput("give one of --quantize or --to-onnx, not both")
+    if eval_dataset is not None and model is None and run is None:
+        raise InvalidInput(
+            "--eval-dataset goes with --model or --run (a quantized or ONNX version "
+            "derived from a registered one is checked on --dataset)"
+        )
     if (quantize is not None or to_onnx) and (task is not None or threshold is not None):
         raise InvalidInput(
             "a derived version keeps its parent's task and threshold; "
@@ -109,7 +119,7 @@ def register_version(
         source = registry.register(
             state.settings(), name, dataset=dataset, model_path=model, run_id=run,
             feature_service=feature_service, label=label, metrics=_parse_metrics(metric),
-            trust=tuple(trust), to_onnx=True,
+            trust=tuple(trust), to_onnx=True, eval_dataset=eval_dataset,
             features=None if features is None else [f.strip() for f in features.split(",")],
         )  # fmt: skip
         if not json_out:
@@ -134,6 +144,7 @@ def register_version(
         trust=tuple(trust),
         features=None if features is None else [f.strip() for f in features.split(",")],
         task=_parse_task(task),
+        eval_dataset=eval_dataset,
     )
     _render_version(info, json_out, title=f"registered {info.name} version {info.version}")
 

@@ -4,13 +4,17 @@ Without a baseline, ``monitor drift`` cannot judge labelled traffic: a model at
 chance level would pass. So register scores the dataset (a sample of it) the
 way serving scores it and records the metrics the quality check judges, under
 the same names (binary: AUC, recall and precision at the threshold, log loss;
-multiclass: accuracy, macro F1, log loss; regression: MAE, RMSE, bias).
-Metrics given with ``--metric`` win. On the training set the figures are
-optimistic; the tag :data:`_tags.METRICS_ON` says which dataset they are on.
+multiclass: accuracy, macro F1, log loss; regression: MAE, RMSE, bias), and a
+classifier's recall of each class (the quality check names a class whose recall
+collapses). Metrics given with ``--metric`` win. On the training set the
+figures are optimistic; on a holdout (``--eval-dataset``) they are an honest
+estimate. The tags :data:`_tags.METRICS_ON` and :data:`_tags.METRICS_SOURCE`
+say which dataset they are on (see :mod:`._baseline`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.registry._input_schema import InputSchema
@@ -25,13 +29,23 @@ if TYPE_CHECKING:
 SAMPLE_ROWS = 20_000  # scored for the baseline; enough for every metric to the 3rd decimal
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A version's figures on labelled rows: the task's metrics (under the quality check's
+    names), each class's recall (class name -> recall, classifiers) and the rows scored."""
+
+    metrics: dict[str, float]
+    class_recall: dict[str, float]
+    rows: int
+
+
 def dataset_metrics(
     task: TaskSpec,
     output_of: Callable[[Any], np.ndarray],
     schema: InputSchema,
     x: pd.DataFrame,
     labels: pd.Series,
-) -> dict[str, float]:
+) -> Measured:
     """The task's metrics on rows ``x`` with true ``labels``; ``output_of`` scores rows as
     serving hands them over and returns the task's checked output. Rows without a usable
     label are left out, and so is a metric that is undefined on them."""
@@ -42,14 +56,18 @@ def dataset_metrics(
     y = _targets(task, labels)
     keep = ~np.isnan(y)
     if keep.sum() == 0:
-        return {}
+        return Measured({}, {}, 0)
     x, y = x[keep], y[keep]
     if len(x) > SAMPLE_ROWS:
         pick = np.sort(np.random.default_rng(0).choice(len(x), SAMPLE_ROWS, replace=False))
         x, y = x.iloc[pick], y[pick]
     output = output_of(_as_served(schema, x))
     figures = _metrics(task, output, y)
-    return {k: v for k, v in figures.items() if not math.isnan(v)}
+    return Measured(
+        {k: v for k, v in figures.items() if not math.isnan(v)},
+        class_recall(task, output, y),
+        len(y),
+    )
 
 
 def _targets(task: TaskSpec, labels: pd.Series) -> np.ndarray:
@@ -111,8 +129,32 @@ def _metrics(task: TaskSpec, output: np.ndarray, y: np.ndarray) -> dict[str, flo
     probs = probs / np.clip(probs.sum(axis=1, keepdims=True), 1e-7, None)
     k = probs.shape[1]
     pred = probs.argmax(axis=1)
+    true_class = probs[np.arange(len(truth)), truth]
     return {
         "accuracy": float(np.mean(pred == truth)),
         "macro_f1": float(m.f1_score(truth, pred, labels=list(range(k)), average="macro")),
-        "log_loss": float(m.log_loss(truth, np.clip(probs, 1e-7, 1), labels=list(range(k)))),
+        # the true class's probability, clipped, as the quality check computes it (sklearn's
+        # log_loss warns that clipped rows no longer sum to one)
+        "log_loss": float(-np.mean(np.log(np.clip(true_class, 1e-7, 1 - 1e-7)))),
     }
+
+
+def class_recall(task: TaskSpec, output: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    """Each class's recall (the share of its rows predicted as it), by class name in the
+    model's order: binary at the threshold, multiclass by the most probable class. A class
+    without a row is left out; a regression has none."""
+    import numpy as np
+
+    if not task.is_classifier:
+        return {}
+    truth = y.astype(int)
+    if task.task == "binary":
+        predicted = (np.asarray(output, dtype=float) >= task.threshold).astype(int)
+    else:
+        predicted = np.asarray(output, dtype=float).argmax(axis=1)
+    out = {}
+    for i, name in enumerate(task.classes):
+        rows = truth == i
+        if rows.any():
+            out[str(name)] = float(np.mean(predicted[rows] == i))
+    return out

@@ -168,9 +168,12 @@ def _checked(
 
 
 def _parent_metrics(tags: dict[str, str]) -> dict[str, str]:
-    """The parent's metrics and what they were measured on: the derived version's baseline."""
+    """The parent's metrics, its per-class recall and what they were measured on (and which
+    of them register measured): the derived version's baseline, judged as the parent's."""
     return {
-        k: v for k, v in tags.items() if k.startswith(_tags.METRIC_PREFIX) or k == _tags.METRICS_ON
+        k: v
+        for k, v in tags.items()
+        if k.startswith(_tags.METRIC_PREFIX) or k in _tags.BASELINE_TAGS
     }
 
 

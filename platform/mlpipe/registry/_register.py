@@ -4,8 +4,9 @@ Every version carries, as tags: the training data's sha256, the FeatureService
 and the sha256 of its definition, the model's input features, the artifact's
 sha256, the git commit, the skops types it is trusted to load, its task
 (``mlpipe.task``, and ``mlpipe.classes`` for a classifier: see :mod:`mlpipe.tasks`),
-its decision threshold (binary only) and its metrics (see ``_tags``). Nothing is
-written before every check has passed.
+its decision threshold (binary only) and its metrics: those given, and its own
+measured on its dataset or a holdout (its quality baseline, see ``_baseline``).
+Nothing is written before every check has passed.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import describe_service
 from mlpipe.registry import _lineage, _registration, _tags
+from mlpipe.registry._baseline import Baseline, measured_tags, read_holdout, with_measured
 from mlpipe.registry._candidate import TRUST_PICKLE, read_candidate
 from mlpipe.registry._client import client, first_line, mlflow_errors
-from mlpipe.registry._dataset_metrics import dataset_metrics
 from mlpipe.registry._flavors import for_candidate
 from mlpipe.registry._input_schema import UNSEEN, InputColumn, InputSchema, infer_schema
 from mlpipe.registry._model_flavor import ModelFlavor
@@ -57,8 +58,13 @@ def register(
     features: list[str] | None = None,
     task: Task | None = None,
     to_onnx: bool = False,
+    eval_dataset: Path | None = None,
 ) -> VersionInfo:
     """Register a new version of ``name`` with full lineage and return it.
+
+    The version's own metrics (its quality baseline, :mod:`._baseline`) are
+    measured on ``eval_dataset`` (a holdout with the same input columns and
+    ``label``) when given, else on ``dataset``; those in ``metrics`` win.
 
     ``to_onnx``: the model must also convert to ONNX within the tolerance (see
     :func:`check_conversion`; the caller then registers the ONNX version with
@@ -75,7 +81,10 @@ def register(
     untrusted types, dataset lacks the model's features or the label, bad
     threshold, the model fails on the dataset as serving would score it; a
     pickle from an MLflow directory or a run without ``"pickle"`` in ``trust``,
-    or any pickle while ``MLFLOW_ALLOW_PICKLE_DESERIALIZATION=false``).
+    or any pickle while ``MLFLOW_ALLOW_PICKLE_DESERIALIZATION=false``; an
+    ``eval_dataset`` that is missing (NotFound), empty, lacks the label or an
+    input, holds labels or values the model cannot be judged on, or is
+    ``dataset`` itself, see :func:`._baseline.read_holdout`).
     Nothing is written before all checks pass.
     """
     if (model_path is None) == (run_id is None):
@@ -90,6 +99,11 @@ def register(
     spec = _with_threshold(flavor.task_of(model, task), threshold)
     frame = read_dataset(dataset)
     inputs = _model_features(flavor, model, frame, label, features)
+    baseline = Baseline(frame, label, Path(dataset))
+    if eval_dataset is not None:
+        baseline = read_holdout(
+            eval_dataset, features=inputs, label=label, task=spec, training=dataset
+        )
     tags = _lineage_tags(settings, dataset, feature_service, inputs, spec, metrics or {})
     if run_id:
         tags[_tags.SOURCE_RUN] = run_id
@@ -108,7 +122,7 @@ def register(
         trust,
         description,
         task=spec,
-        baseline=f"dataset {Path(dataset).name} (the registration dataset)",
+        baseline=baseline,
     )
 
 
@@ -135,13 +149,13 @@ def register_model(
     description: str | None = None,
     *,
     task: TaskSpec | None = None,
-    baseline: str | None = None,
+    baseline: Baseline | None = None,
 ) -> VersionInfo:
     """Log an in-memory ``model`` with ``tags`` (lineage already filled in) as a new version.
 
-    With ``baseline`` (what ``frame`` is, in words) the version's own metrics on
-    ``frame`` are recorded as its quality baseline (:mod:`._dataset_metrics`),
-    beside the metrics ``tags`` holds already, which win.
+    With ``baseline`` (``frame`` itself or a holdout) the version's own metrics
+    on it are recorded as its quality baseline (:mod:`._baseline`), beside the
+    metrics ``tags`` holds already, which win.
 
     The flavor comes from the object (see ``_flavors``); the task is ``task``
     (a derived version passes its parent's), checked against the model's, or
@@ -162,8 +176,10 @@ def register_model(
     tags[_tags.INPUT_SCHEMA] = schema.to_json()
     if baseline is not None:
         scoring = _Scoring(flavor, model, spec)
-        measured = _baseline_tags(scoring, schema, frame, features, label, baseline)
-        tags = _with_baseline(tags, measured)
+        measured = measured_tags(
+            spec, lambda x: _check_scores(scoring, x, features), schema, features, baseline
+        )
+        tags = with_measured(tags, measured)
     mv = _registration.log_and_register(
         settings,
         name,
@@ -175,46 +191,6 @@ def register_model(
         description=description,
     )
     return VersionInfo.from_mlflow(mv)
-
-
-def _with_baseline(tags: dict[str, str], measured: dict[str, str]) -> dict[str, str]:
-    """``tags`` with the metrics measured on the dataset that ``--metric`` did not give
-    (under their name or an alias: a holdout ``logloss`` wins over a measured
-    ``log_loss``), and the names of those kept (``METRICS_MEASURED``)."""
-    prefix = _tags.METRIC_PREFIX
-    given = {
-        _tags.METRIC_ALIASES.get(k[len(prefix) :], k[len(prefix) :])
-        for k in tags
-        if k.startswith(prefix)
-    }
-    kept = {
-        k: v
-        for k, v in measured.items()
-        if not k.startswith(prefix) or k[len(prefix) :] not in given
-    }
-    names = sorted(k[len(prefix) :] for k in kept if k.startswith(prefix))
-    return {**kept, **tags, _tags.METRICS_MEASURED: ",".join(names)}
-
-
-def _baseline_tags(
-    scoring: _Scoring,
-    schema: InputSchema,
-    frame: pd.DataFrame,
-    features: list[str],
-    label: str,
-    source: str,
-) -> dict[str, str]:
-    """The version's metrics on ``frame`` as metric tags, and what they were measured on."""
-    figures = dataset_metrics(
-        scoring.task,
-        lambda x: _check_scores(scoring, x, features),
-        schema,
-        frame[features],
-        frame[label],
-    )
-    if not figures:
-        return {}
-    return {**_tags.metric_tags(figures), _tags.METRICS_ON: source}
 
 
 def _task_for(flavor: ModelFlavor, model: Any, given: TaskSpec | None) -> TaskSpec:

@@ -8,6 +8,7 @@ MLflow-native tool shows them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 TAG = "mlpipe."
@@ -27,6 +28,15 @@ METRIC_PREFIX = TAG + "metric."
 METRICS_ON = TAG + "metrics_on"
 # The metrics register measured on its dataset and nobody overrode with --metric ("auc,recall").
 METRICS_MEASURED = TAG + "metrics_measured"
+# Which data register measured them on: "training" (--dataset, optimistic) or "holdout"
+# (--eval-dataset). A version without the tag predates --eval-dataset: training.
+METRICS_SOURCE = TAG + "metrics_source"
+# Each class's recall as register measured it (a classifier): a JSON object, class -> recall,
+# in the model's class order; a class with no labelled row is left out.
+CLASS_RECALL = TAG + "class_recall"
+# The tags that say what a version's measured baseline is; a derived version carries its
+# parent's (with the parent's metrics).
+BASELINE_TAGS = (METRICS_ON, METRICS_MEASURED, METRICS_SOURCE, CLASS_RECALL)
 # Other names --metric may give a measured metric under (the quality check reads both).
 METRIC_ALIASES = {"logloss": "log_loss", "f1_macro": "macro_f1"}
 
@@ -58,3 +68,14 @@ def metrics(tags: Mapping[str, str]) -> dict[str, float]:
     return {
         k[len(METRIC_PREFIX) :]: float(v) for k, v in tags.items() if k.startswith(METRIC_PREFIX)
     }
+
+
+def class_recall_tag(recall: Mapping[str, float]) -> str:
+    """``{class: recall}`` as the :data:`CLASS_RECALL` tag's value (exact floats, order kept)."""
+    return json.dumps({str(k): float(v) for k, v in recall.items()})
+
+
+def class_recall(tags: Mapping[str, str]) -> dict[str, float]:
+    """The per-class recall recorded among ``tags`` (empty where none is)."""
+    text = tags.get(CLASS_RECALL)
+    return {str(k): float(v) for k, v in json.loads(text).items()} if text else {}

@@ -50,6 +50,18 @@ class VersionInfo:
         return _tags.metrics(self.tags)
 
     @property
+    def class_recall(self) -> dict[str, float]:
+        """Each class's recall as register measured it (class name -> recall; empty for a
+        regression or a version registered before it was measured)."""
+        return _tags.class_recall(self.tags)
+
+    @property
+    def baseline_on_holdout(self) -> bool:
+        """Whether register measured the version's metrics on a holdout (``--eval-dataset``)
+        rather than on its training data (optimistic)."""
+        return self.tags.get(_tags.METRICS_SOURCE) == "holdout"
+
+    @property
     def task(self) -> TaskSpec:
         """The version's task and classes (binary ``[0, 1]`` for versions that predate them)."""
         return TaskSpec.from_tags(self.tags, float(self.tags.get(_tags.THRESHOLD, "0.5")))

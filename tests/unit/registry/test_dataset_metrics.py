@@ -43,13 +43,13 @@ def test_other_tasks_baseline_equals_the_quality_checks_figures(task: str) -> No
 
 def test_a_metric_given_under_an_alias_wins_over_the_measured_one() -> None:
     from mlpipe.registry import _tags
-    from mlpipe.registry._register import _with_baseline
+    from mlpipe.registry._baseline import with_measured
 
     measured = {
         **_tags.metric_tags({"auc": 0.99, "log_loss": 0.05}),
         _tags.METRICS_ON: "dataset train.parquet",
     }
     given = _tags.metric_tags({"logloss": 0.31})  # a holdout figure, under the demo's name
-    tags = _with_baseline(given, measured)
+    tags = with_measured(given, measured)
     assert _tags.metrics(tags) == {"auc": 0.99, "logloss": 0.31}
     assert tags[_tags.METRICS_MEASURED] == "auc"
