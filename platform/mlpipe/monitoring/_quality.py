@@ -10,10 +10,11 @@ base rate.
 Quality: with outcomes in the window, the task's metrics with entity-clustered
 bootstrap intervals (binary: AUC, recall and precision at the version's
 threshold and log loss, :mod:`._label_metrics`; multiclass: accuracy, macro F1,
-log loss; regression: MAE, RMSE, bias, :mod:`._task_metrics`), against the
-metrics registered with the version (its holdout). A metric whose whole
-one-sided 99 % interval is worse than the registered value by more than its
-margin is a ``quality`` alarm.
+log loss; regression: MAE, RMSE, bias, :mod:`._task_metrics`; a classifier's
+recall of each class, :mod:`._class_recall`), against the metrics registered
+with the version (measured by register on its training data or a holdout, or
+given). A metric whose whole one-sided 99 % interval is worse than the
+registered value by more than its margin is a ``quality`` alarm.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from mlpipe import registry
 from mlpipe.config import Settings
 from mlpipe.errors import NotFound
+from mlpipe.monitoring import _class_recall as cr
 from mlpipe.monitoring import _label_metrics as lm
 from mlpipe.monitoring import _task_metrics as tm
 from mlpipe.monitoring._calibration import MIN_EFFECT, reference_digest, safe_name, severity
@@ -135,21 +137,27 @@ def registered_metrics(
     settings: Settings, model: str, version: str, task: Task = "binary"
 ) -> dict[str, float]:
     """The version's registered metrics under the task's metric names (NaN where absent;
-    binary: :data:`lm.METRICS`, else :data:`tm.METRICS`)."""
-    tags = registry.show(settings, f"{model}/{version}").metrics
+    binary: :data:`lm.METRICS`, else :data:`tm.METRICS`), then its per-class recall where
+    it records one (:func:`._class_recall.registered`, classes in order)."""
+    info = registry.show(settings, f"{model}/{version}")
+    tags = info.metrics
     out = {}
     for metric in tm.METRICS[task]:
         found = [tags[n] for n in _REGISTERED[metric] if n in tags]
         out[metric] = float(found[0]) if found else float("nan")
+    out.update(cr.registered(info))
     return out
 
 
 def measured_metrics(settings: Settings, model: str, version: str) -> frozenset[str]:
-    """The version's registered metrics that register measured on its own dataset
-    (optimistic: judged with wider margins, :func:`._label_metrics.training_factor`)."""
-    tags = registry.show(settings, f"{model}/{version}").tags
-    names = tags.get(_METRICS_MEASURED, "")
-    return frozenset(n for n in names.split(",") if n)
+    """The version's registered metrics that register measured on its own training data
+    (optimistic: judged with wider margins, :func:`._label_metrics.training_factor`), its
+    per-class recall included; none where it measured them on a holdout."""
+    info = registry.show(settings, f"{model}/{version}")
+    if info.baseline_on_holdout:
+        return frozenset()
+    names = info.tags.get(_METRICS_MEASURED, "")
+    return frozenset(n for n in names.split(",") if n) | frozenset(cr.registered(info))
 
 
 _METRICS_MEASURED = "mlpipe.metrics_measured"
@@ -162,7 +170,7 @@ def _widened_note(out: dict[str, Any], widen: frozenset[str]) -> None:
             f"{', '.join(judged)} judged against the version's own figures on its "
             "registration dataset (optimistic): only a collapse alarms (margins "
             f"x{lm.TRAINING_MARGIN_FACTOR:g}, x{lm.TRAINING_RELATIVE_FACTOR:g} for relative "
-            "ones); register with --metric from a holdout for a tight check"
+            "ones); register with --eval-dataset (a holdout) for a tight check"
         )
 
 
@@ -203,6 +211,12 @@ def quality(
     comparisons = lm.compare(
         deltas, registered, point, lm.support(scored), alpha=QUALITY_ALPHA, widen=widen
     )
+    per_class, judged = cr.compare(
+        scored.flagged.astype(int), scored.y, scored.clusters, registered, QUALITY_ALPHA, widen
+    )
+    comparisons += judged
+    if per_class:
+        out["class_recall"] = per_class
     out["metrics"] = [c.__dict__ for c in comparisons]
     out["alarms"] = [c.metric for c in comparisons if c.worse]
     out["status"] = _status(out, registered)
@@ -234,7 +248,10 @@ def _status(out: dict[str, Any], registered: dict[str, float]) -> str:
 
 
 def alarm_text(metric: str) -> str:
-    """A quality alarm in words, its direction the metric's own (log loss rises)."""
+    """A quality alarm in words, its direction the metric's own (log loss rises; a class's
+    recall, named, falls)."""
+    if (per_class := cr.alarm_text(metric)) is not None:
+        return per_class
     side = "below" if tm.HIGHER_IS_BETTER.get(metric, True) else "above"
     if metric == "bias":
         return "quality: |bias| above the registered value"
@@ -281,6 +298,14 @@ def task_quality(
         out["status"] = "not judged"
         out["note"] = "the version has no registered metrics to compare with"
         return out, scored
+    if spec.task == "multiclass":
+        per_class, judged = cr.compare(
+            output.argmax(axis=1), scored.y.astype(int), scored.clusters, registered,
+            QUALITY_ALPHA, widen,
+        )  # fmt: skip
+        comparisons += judged
+        if per_class:
+            out["class_recall"] = per_class
     out["metrics"] = [c.__dict__ for c in comparisons]
     out["alarms"] = [c.metric for c in comparisons if c.worse]
     out["status"] = _status(out, registered)
