@@ -1,7 +1,8 @@
 """A version's quality baseline: its own metrics, measured at register on its data or a holdout.
 
 ``monitor drift`` judges labelled traffic against the metrics a version
-records (``mlpipe.metric.*``) and each class's recall (``mlpipe.class_recall``).
+records (``mlpipe.metric.*``) and each class's recall (``mlpipe.class_recall``,
+with the rows of each class it rests on, ``mlpipe.class_support``).
 Register measures them itself (:mod:`._dataset_metrics`), on one of:
 
 - the registration dataset (``--dataset``, usually the training set): the
@@ -157,7 +158,8 @@ def measured_tags(
         _tags.METRICS_SOURCE: baseline.source,
     }
     if measured.class_recall:
-        tags[_tags.CLASS_RECALL] = _tags.class_recall_tag(measured.class_recall)
+        tags[_tags.CLASS_RECALL] = _tags.per_class_tag(measured.class_recall)
+        tags[_tags.CLASS_SUPPORT] = _tags.per_class_tag(measured.class_rows)
     if holdout:
         tags[_tags.EVAL_DATASET] = baseline.path.name
         tags[_tags.EVAL_DATA_SHA256] = _lineage.file_sha256(baseline.path)

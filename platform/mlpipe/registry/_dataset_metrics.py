@@ -32,10 +32,12 @@ SAMPLE_ROWS = 20_000  # scored for the baseline; enough for every metric to the 
 @dataclass(frozen=True)
 class Measured:
     """A version's figures on labelled rows: the task's metrics (under the quality check's
-    names), each class's recall (class name -> recall, classifiers) and the rows scored."""
+    names), each class's recall and the rows of each class it rests on (class name ->
+    recall, -> rows; classifiers) and the rows scored."""
 
     metrics: dict[str, float]
     class_recall: dict[str, float]
+    class_rows: dict[str, int]
     rows: int
 
 
@@ -56,18 +58,15 @@ def dataset_metrics(
     y = _targets(task, labels)
     keep = ~np.isnan(y)
     if keep.sum() == 0:
-        return Measured({}, {}, 0)
+        return Measured({}, {}, {}, 0)
     x, y = x[keep], y[keep]
     if len(x) > SAMPLE_ROWS:
         pick = np.sort(np.random.default_rng(0).choice(len(x), SAMPLE_ROWS, replace=False))
         x, y = x.iloc[pick], y[pick]
     output = output_of(_as_served(schema, x))
     figures = _metrics(task, output, y)
-    return Measured(
-        {k: v for k, v in figures.items() if not math.isnan(v)},
-        class_recall(task, output, y),
-        len(y),
-    )
+    recall, rows = class_recall(task, output, y)
+    return Measured({k: v for k, v in figures.items() if not math.isnan(v)}, recall, rows, len(y))
 
 
 def _targets(task: TaskSpec, labels: pd.Series) -> np.ndarray:
@@ -139,22 +138,25 @@ def _metrics(task: TaskSpec, output: np.ndarray, y: np.ndarray) -> dict[str, flo
     }
 
 
-def class_recall(task: TaskSpec, output: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Each class's recall (the share of its rows predicted as it), by class name in the
-    model's order: binary at the threshold, multiclass by the most probable class. A class
-    without a row is left out; a regression has none."""
+def class_recall(
+    task: TaskSpec, output: np.ndarray, y: np.ndarray
+) -> tuple[dict[str, float], dict[str, int]]:
+    """Each class's recall (the share of its rows predicted as it) and its rows, by class
+    name in the model's order: binary at the threshold, multiclass by the most probable
+    class. A class without a row is left out; a regression has none."""
     import numpy as np
 
     if not task.is_classifier:
-        return {}
+        return {}, {}
     truth = y.astype(int)
     if task.task == "binary":
         predicted = (np.asarray(output, dtype=float) >= task.threshold).astype(int)
     else:
         predicted = np.asarray(output, dtype=float).argmax(axis=1)
-    out = {}
+    recall, counts = {}, {}
     for i, name in enumerate(task.classes):
         rows = truth == i
         if rows.any():
-            out[str(name)] = float(np.mean(predicted[rows] == i))
-    return out
+            recall[str(name)] = float(np.mean(predicted[rows] == i))
+            counts[str(name)] = int(rows.sum())
+    return recall, counts

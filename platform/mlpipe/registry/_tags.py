@@ -34,9 +34,11 @@ METRICS_SOURCE = TAG + "metrics_source"
 # Each class's recall as register measured it (a classifier): a JSON object, class -> recall,
 # in the model's class order; a class with no labelled row is left out.
 CLASS_RECALL = TAG + "class_recall"
+# The labelled rows of each class that recall was measured on (class -> rows): its precision.
+CLASS_SUPPORT = TAG + "class_support"
 # The tags that say what a version's measured baseline is; a derived version carries its
 # parent's (with the parent's metrics).
-BASELINE_TAGS = (METRICS_ON, METRICS_MEASURED, METRICS_SOURCE, CLASS_RECALL)
+BASELINE_TAGS = (METRICS_ON, METRICS_MEASURED, METRICS_SOURCE, CLASS_RECALL, CLASS_SUPPORT)
 # Other names --metric may give a measured metric under (the quality check reads both).
 METRIC_ALIASES = {"logloss": "log_loss", "f1_macro": "macro_f1"}
 
@@ -70,12 +72,13 @@ def metrics(tags: Mapping[str, str]) -> dict[str, float]:
     }
 
 
-def class_recall_tag(recall: Mapping[str, float]) -> str:
-    """``{class: recall}`` as the :data:`CLASS_RECALL` tag's value (exact floats, order kept)."""
-    return json.dumps({str(k): float(v) for k, v in recall.items()})
+def per_class_tag(figures: Mapping[str, float]) -> str:
+    """``{class: figure}`` as a :data:`CLASS_RECALL` or :data:`CLASS_SUPPORT` value (order
+    kept; exact floats, integers as such)."""
+    return json.dumps({str(k): v for k, v in figures.items()})
 
 
-def class_recall(tags: Mapping[str, str]) -> dict[str, float]:
-    """The per-class recall recorded among ``tags`` (empty where none is)."""
-    text = tags.get(CLASS_RECALL)
+def per_class(tags: Mapping[str, str], key: str) -> dict[str, float]:
+    """The per-class figures recorded under tag ``key`` (empty where none are)."""
+    text = tags.get(key)
     return {str(k): float(v) for k, v in json.loads(text).items()} if text else {}

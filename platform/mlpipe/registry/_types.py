@@ -53,7 +53,12 @@ class VersionInfo:
     def class_recall(self) -> dict[str, float]:
         """Each class's recall as register measured it (class name -> recall; empty for a
         regression or a version registered before it was measured)."""
-        return _tags.class_recall(self.tags)
+        return _tags.per_class(self.tags, _tags.CLASS_RECALL)
+
+    @property
+    def class_support(self) -> dict[str, int]:
+        """The labelled rows of each class its :attr:`class_recall` was measured on."""
+        return {k: int(v) for k, v in _tags.per_class(self.tags, _tags.CLASS_SUPPORT).items()}
 
     @property
     def baseline_on_holdout(self) -> bool:

@@ -161,3 +161,31 @@ def test_only_a_baseline_measured_on_training_data_is_widened(
     monkeypatch.setattr(_quality.registry, "show", lambda *_: _version(tags))
     settings: Any = None
     assert _quality.measured_metrics(settings, "m", "1") == widened
+
+
+def test_a_baseline_measured_on_few_rows_counts_its_own_error() -> None:
+    """A clean window at the model's true recall (0.9) judged against a holdout figure that
+    came out high (1.0): on 5,000 holdout rows that is a real drop; on 80 it is noise."""
+    rows, clusters = _window(3000, collapsed=None, seed=2, shares=(0.35, 0.35, 0.3))
+    judged = {}
+    for holdout_rows in (80, 5000):
+        baseline = _baseline()
+        baseline[cr.key("virginica")] = cr.RegisteredRecall(0.98, holdout_rows)
+        figures, _ = task_quality(rows, clusters, baseline, 100, SPEC)
+        judged[holdout_rows] = "recall[virginica]" in figures["alarms"]
+        virginica = next(m for m in figures["metrics"] if m["metric"] == "recall[virginica]")
+        assert type(virginica["baseline"]) is float and virginica["baseline"] == 0.98
+    assert judged == {80: False, 5000: True}
+
+
+def test_the_registered_recall_carries_its_rows() -> None:
+    info = _version(
+        {
+            "mlpipe.task": "binary",
+            "mlpipe.classes": "[0, 1]",
+            "mlpipe.class_recall": '{"0": 0.97, "1": 0.7}',
+            "mlpipe.class_support": '{"0": 812, "1": 188}',
+        }
+    )
+    (figure,) = cr.registered(info).values()
+    assert figure == 0.97 and getattr(figure, "rows", None) == 812
