@@ -4,10 +4,18 @@ Registering a model costs a few seconds, so two versions of ``fraud`` are
 registered once per session into a template home; each test that needs them
 gets a fresh copy of that home (registry database included, control plane
 empty), so no test sees another's deployments or aliases.
+
+A test that needs one of mlpipe's optional extras says which with a marker named
+after it (``@pytest.mark.formats``, ``nn``, ``prod``): where one of the extra's
+modules is not installed it is skipped, naming the extra and the module, and
+under CI (``CI`` set, everything installed) it fails instead, so CI never skips
+one (tests/unit/test_extras.py).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -19,6 +27,54 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MLPIPE = str(Path(sys.executable).parent / "mlpipe")
+
+# pyproject's [project.optional-dependencies] but `dev` (the test tools): for each extra,
+# the module each of its distributions installs (tests/unit/test_extras.py keeps it in step).
+EXTRAS: dict[str, dict[str, str]] = {
+    "prod": {"psycopg": "psycopg", "redis": "redis", "confluent-kafka": "confluent_kafka"},
+    "nn": {"torch": "torch", "tritonclient": "tritonclient.http"},
+    "formats": {
+        "onnx": "onnx",
+        "onnxruntime": "onnxruntime",
+        "skl2onnx": "skl2onnx",
+        "onnxmltools": "onnxmltools",
+        "xgboost-cpu": "xgboost",
+    },
+}
+
+
+@functools.cache
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be found; found, not imported (torch takes seconds)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # its parent package is missing
+        return False
+
+
+def missing_modules(extra: str) -> list[str]:
+    """The modules of ``extra`` that are not installed."""
+    return [m for m in EXTRAS[extra].values() if not _installed(m)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for extra, modules in EXTRAS.items():
+        config.addinivalue_line(
+            "markers",
+            f"{extra}: needs mlpipe[{extra}] ({', '.join(modules.values())}): skipped where "
+            "it is not installed, a failure under CI",
+        )
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture: a module's server is not started
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for extra in EXTRAS:
+        missing = missing_modules(extra) if item.get_closest_marker(extra) else []
+        if missing:
+            reason = f"needs mlpipe[{extra}]: {', '.join(missing)} not installed"
+            if os.environ.get("CI"):
+                pytest.fail(f"CI must run this test, but it {reason}", pytrace=False)
+            pytest.skip(reason)
 
 
 @pytest.fixture

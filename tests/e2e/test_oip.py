@@ -26,6 +26,7 @@ def _predict_scores(stack: Any) -> list[float]:
     return scores
 
 
+@pytest.mark.nn  # tritonclient
 def test_tritonclient_gets_the_predict_score(stack: Any) -> None:
     import tritonclient.http as triton
 

@@ -166,6 +166,7 @@ def test_the_log_keeps_each_tasks_label_probabilities_and_score(served: Any) -> 
     assert (row.score, row.label, row.probabilities) == (diabetes[0]["prediction"], None, None)
 
 
+@pytest.mark.nn  # tritonclient
 def test_tritonclient_gets_the_probability_matrix_and_the_labels(served: Any) -> None:
     import tritonclient.http as triton
 

@@ -65,6 +65,7 @@ def _files(home: Path, frame: pd.DataFrame) -> dict[str, tuple[Path, Any]]:
     }
 
 
+@pytest.mark.formats
 def test_each_format_registers_loads_verified_and_scores_like_its_source(
     home: Path, settings: Any
 ) -> None:
@@ -80,6 +81,7 @@ def test_each_format_registers_loads_verified_and_scores_like_its_source(
         np.testing.assert_allclose(loaded.predict_scores(x), source(x), atol=tolerance)
 
 
+@pytest.mark.formats
 def test_to_onnx_derives_a_version_with_lineage_that_serves_the_same_scores(
     home: Path, settings: Any, cli: Any
 ) -> None:
@@ -120,6 +122,7 @@ def test_to_onnx_derives_a_version_with_lineage_that_serves_the_same_scores(
     assert answer["score"] == pytest.approx(float(before[0]), abs=delta + 1e-9)
 
 
+@pytest.mark.formats
 def test_to_onnx_beyond_the_tolerance_or_of_an_onnx_version_registers_nothing(
     home: Path, settings: Any
 ) -> None:
@@ -226,6 +229,7 @@ def _column_transformer_project(home: Path) -> tuple[Path, Path, pd.DataFrame, A
     return model, data, frame, pipeline
 
 
+@pytest.mark.formats
 def test_to_onnx_converts_a_column_transformer_pipeline_one_graph_input_per_column(
     home: Path, settings: Any, cli: Any
 ) -> None:
@@ -269,6 +273,7 @@ def test_to_onnx_converts_a_column_transformer_pipeline_one_graph_input_per_colu
     assert answer["score"] == pytest.approx(float(expected[0]), abs=delta + 1e-9)
 
 
+@pytest.mark.formats
 def test_to_onnx_of_a_model_without_a_converter_is_one_line_and_registers_nothing(
     home: Path, settings: Any, cli: Any
 ) -> None:

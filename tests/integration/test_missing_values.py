@@ -34,6 +34,8 @@ import pytest
 
 from tests.e2e.conftest import Server, predlog_rows
 
+pytestmark = pytest.mark.formats  # the module's server serves an XGBoost booster
+
 PLAN_INPUTS = ["balance", "income", "region", "tenure"]
 NUMBERS = ["a", "b", "c"]
 CLASSES = ["high", "low", "mid"]

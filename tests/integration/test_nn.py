@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import run_in_process
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.nn]
 
 FEATURES = ["amount", "n_items"]
 

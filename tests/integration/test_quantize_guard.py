@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.nn]
 FEATURES = ["amount", "n_items"]
 
 

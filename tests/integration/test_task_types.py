@@ -197,6 +197,7 @@ TASK_OUTPUTS = {
 }
 
 
+@pytest.mark.nn  # tritonclient
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_oip_outputs_follow_the_task(loop: Any, case: Case) -> None:
     import tritonclient.http as triton

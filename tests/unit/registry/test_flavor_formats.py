@@ -65,6 +65,7 @@ def test_lightgbm_text_and_pickled_boosters_score_like_the_booster(tmp_path: Pat
         np.testing.assert_allclose(_scores(model, x), booster.predict(x), rtol=1e-12)
 
 
+@pytest.mark.formats
 def test_xgboost_json_ubj_and_classifier_score_like_predict_proba(tmp_path: Path) -> None:
     import joblib
     import xgboost as xgb
@@ -81,6 +82,7 @@ def test_xgboost_json_ubj_and_classifier_score_like_predict_proba(tmp_path: Path
         np.testing.assert_allclose(_scores(model, x), expected, rtol=1e-6)
 
 
+@pytest.mark.formats
 def test_xgboost_early_stopping_scores_up_to_the_best_iteration() -> None:
     import xgboost as xgb
 
@@ -94,6 +96,7 @@ def test_xgboost_early_stopping_scores_up_to_the_best_iteration() -> None:
     )
 
 
+@pytest.mark.formats
 @pytest.mark.parametrize("zipmap", [False, True])
 def test_onnx_file_scores_like_its_source_with_tensor_or_zipmap_output(
     tmp_path: Path, zipmap: bool
@@ -113,6 +116,7 @@ def test_onnx_file_scores_like_its_source_with_tensor_or_zipmap_output(
     np.testing.assert_allclose(_scores(model, x), source.predict_proba(x)[:, 1], atol=1e-6)
 
 
+@pytest.mark.formats
 @pytest.mark.parametrize("flavor", ["sklearn", "lightgbm", "xgboost"])
 def test_converted_graphs_agree_with_their_source(flavor: str) -> None:
     from sklearn.ensemble import RandomForestClassifier
@@ -129,6 +133,7 @@ def test_converted_graphs_agree_with_their_source(flavor: str) -> None:
     assert delta < 1e-5
 
 
+@pytest.mark.formats
 def test_objectives_mlpipe_does_not_serve_are_refused_naming_what_it_serves() -> None:
     from sklearn.svm import LinearSVC
 
@@ -153,9 +158,19 @@ def test_objectives_mlpipe_does_not_serve_are_refused_naming_what_it_serves() ->
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
-        ("model.onnx", b"not a graph", "model.onnx is not a valid ONNX model"),
+        pytest.param(
+            "model.onnx",
+            b"not a graph",
+            "model.onnx is not a valid ONNX model",
+            marks=pytest.mark.formats,  # read with onnx
+        ),
         ("model.txt", b"hello", "model.txt is not a LightGBM model file"),
-        ("model.json", b'{"a": 1}', "model.json is not an XGBoost model file"),
+        pytest.param(
+            "model.json",
+            b'{"a": 1}',
+            "model.json is not an XGBoost model file",
+            marks=pytest.mark.formats,  # read with xgboost
+        ),
         (
             "model.bin",
             b"8\x00\x01",
@@ -174,6 +189,7 @@ def test_an_unreadable_file_is_one_line_naming_what_is_supported(
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.formats
 def test_a_pipeline_holding_xgboost_needs_no_trust_but_does_not_convert() -> None:
     import xgboost as xgb
     from sklearn.pipeline import make_pipeline

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 _PROBE = """
@@ -26,6 +28,7 @@ assert len(again) > 100
 """
 
 
+@pytest.mark.nn  # the walk of scikit-learn's estimators imports PyTorch
 def test_skops_is_imported_without_torch_and_trusts_the_same_types() -> None:
     done = subprocess.run(
         [sys.executable, "-c", _PROBE], cwd=REPO, capture_output=True, text=True, timeout=180

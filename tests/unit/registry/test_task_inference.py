@@ -126,6 +126,7 @@ def test_lightgbm_sklearn_api_and_booster_files_multiclass_and_regression(tmp_pa
     np.testing.assert_allclose(out, booster.predict(xd), rtol=1e-12)
 
 
+@pytest.mark.formats
 def test_xgboost_sklearn_api_and_booster_files_multiclass_and_regression(tmp_path: Path) -> None:
     import xgboost as xgb
 
@@ -149,6 +150,7 @@ def test_xgboost_sklearn_api_and_booster_files_multiclass_and_regression(tmp_pat
         np.testing.assert_allclose(out, reg.predict(xd), rtol=1e-6)
 
 
+@pytest.mark.formats
 def test_xgboost_softmax_objective_is_served_as_probabilities_of_its_classes() -> None:
     import xgboost as xgb
 
@@ -194,6 +196,7 @@ def _onnx_regressor() -> Any:
     return model, skl2onnx.convert_sklearn(model, initial_types=types)
 
 
+@pytest.mark.formats
 def test_an_onnx_graph_with_one_value_per_row_needs_task_binary_or_regression() -> None:
     model, proto = _onnx_regressor()
     flavor = for_candidate(proto)
@@ -212,6 +215,7 @@ def test_an_onnx_graph_with_one_value_per_row_needs_task_binary_or_regression() 
     np.testing.assert_allclose(out, model.predict(xd), rtol=1e-5)
 
 
+@pytest.mark.formats
 @pytest.mark.parametrize("zipmap", [False, True])
 def test_an_onnx_classifier_graph_names_its_classes(zipmap: bool) -> None:
     import skl2onnx
@@ -229,6 +233,7 @@ def test_an_onnx_classifier_graph_names_its_classes(zipmap: bool) -> None:
     np.testing.assert_allclose(out, source.predict_proba(xi), atol=1e-6)
 
 
+@pytest.mark.formats
 @pytest.mark.parametrize("kind", ["sklearn", "lgbm-sklearn", "lightgbm", "xgboost"])
 @pytest.mark.parametrize("task", ["multiclass", "regression"])
 def test_converted_multiclass_and_regression_graphs_agree_with_their_source(

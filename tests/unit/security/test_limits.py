@@ -45,6 +45,7 @@ def _redis_up() -> bool:
         return False
 
 
+@pytest.mark.prod
 @pytest.mark.redis
 @pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
 def test_redis_buckets_are_shared_between_limiters() -> None:
@@ -57,6 +58,7 @@ def test_redis_buckets_are_shared_between_limiters() -> None:
     assert sum(allowed) == 4
 
 
+@pytest.mark.prod
 def test_redis_down_falls_back_to_local_buckets() -> None:
     r = RedisBuckets("redis://127.0.0.1:1/0", LocalBuckets(clock=Clock()))
     assert [r.take("t", 1.0, 2) == 0.0 for _ in range(3)] == [True, True, False]
@@ -72,6 +74,7 @@ def test_a_request_can_cost_several_tokens_and_pays_nothing_when_refused() -> No
     assert b.take("a", 1.0, 10, cost=11) == float("inf")  # more than the bucket ever holds
 
 
+@pytest.mark.prod
 @pytest.mark.redis
 @pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
 def test_redis_buckets_charge_the_cost() -> None:
