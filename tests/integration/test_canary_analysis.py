@@ -101,6 +101,14 @@ def test_a_label_shuffled_canary_fails_on_auc_and_the_paired_score_test(
     assert {"paired_score", "auc"} <= failed
     assert result.canary_version == blind
     assert monitoring.latest_canary_verdict(settings, "fraud", blind) == "fail"
+    # a binary version's per-class tables too: each arm's share of 0 and 1 on its own rows,
+    # both versions' predicted classes on every re-scored row
+    assert [r["class"] for r in result.arm_classes] == ["0", "1"]
+    for side in ("champion", "canary"):
+        assert sum(r[f"{side}_share"] for r in result.arm_classes) == pytest.approx(1.0)
+        assert sum(r[f"{side}_labelled"] for r in result.arm_classes) > 0
+    analysed = result.champion_requests + result.canary_requests
+    assert sum(r["0"] + r["1"] for r in result.confusion) == analysed
 
 
 def test_the_current_canary_version_is_analysed_not_the_arm(

@@ -22,6 +22,7 @@ import pytest
 
 from mlpipe import monitoring, registry, warehouse
 from mlpipe.predlog import ENCODER, PredictionRecord
+from tests.integration.test_monitoring_verdict_page import CHROMIUM, rendered_layout
 
 pytestmark = pytest.mark.integration
 IRIS = ["petal_length", "petal_width"]
@@ -155,17 +156,74 @@ def test_a_clean_multiclass_canary_passes_and_a_shuffled_one_fails(stack: Any, r
     assert blind.verdict == "fail" and {"paired_classes", "accuracy"} <= failed
 
 
-def test_canary_analyze_through_the_cli_shows_the_tasks_metrics(stack: Any, cli: Any) -> None:
+def test_canary_analyze_through_the_cli_shows_the_tasks_metrics(
+    stack: Any, cli: Any, tmp_path: Path
+) -> None:
     frame = _iris(1200, 12)
     labels = frame["label"].where(np.arange(len(frame)) % 40 != 0, "rose")  # 30 name no class
-    _traffic(stack, "iris", {"champion": "1", "canary": "2"}, frame, "cli", labels)
+    records = _traffic(stack, "iris", {"champion": "1", "canary": "2"}, frame, "cli", labels)
     result = cli("canary", "analyze", "iris")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "multiclass (3 classes)" in result.stdout and "macro_f1" in result.stdout
     assert "verdict: pass (both versions on the same rows)" in result.stdout
+    assert "per class, each arm's own rows" in result.stdout
+    assert "champion (rows) vs canary (columns)" in result.stdout
     data = json.loads(cli("canary", "analyze", "iris", "--json").stdout)
     accuracy = next(c for c in data["checks"] if c["name"] == "accuracy")
     assert "30 outcome label(s) name no class of the version: left out" in accuracy["detail"]
+    _assert_canary_class_tables(stack, data, records, labels)
+    page = Path(data["html_path"])
+    text = page.read_text()
+    assert "<h1>iris: canary v2 vs champion v1: pass</h1>" in text and "shadow" not in text
+    assert "<th>canary_recall</th>" in text and "<td>versicolor</td>" in text
+    if CHROMIUM is not None:  # every table fits a 1280 px page: none scrolls, none runs off
+        layout = rendered_layout(page, tmp_path / "layout")
+        assert layout["page"] <= layout["view"], layout
+        assert all(scroll <= shown + 1 for scroll, shown in layout["tables"]), layout
+
+
+def _assert_canary_class_tables(
+    settings: Any, data: dict[str, Any], records: list[PredictionRecord], labels: pd.Series
+) -> None:
+    """Issue 28 item 6: each arm's classes on its own rows (share of its predictions, recall
+    and precision from what it served, labels naming no class left out), and both versions'
+    agreement, confusion and probability deltas on the same re-scored rows, by class name."""
+    names = list(SPECIES)
+    arm = np.array([r.arm for r in records])
+    served = np.array([r.label for r in records])
+    truth = np.array([names.index(v) if v in names else -1 for v in labels])
+    per_class = {r["class"]: r for r in data["arm_classes"]}
+    assert list(per_class) == names
+    for k, name in enumerate(names):
+        for side in ("champion", "canary"):
+            mine, pred = truth[arm == side], served[arm == side]
+            row = per_class[name]
+            assert row[f"{side}_share"] == pytest.approx(np.mean(pred == k))
+            assert row[f"{side}_labelled"] == (mine == k).sum()
+            assert row[f"{side}_recall"] == pytest.approx(np.mean(pred[mine == k] == k))
+            precise = mine[(pred == k) & (mine >= 0)] == k
+            assert row[f"{side}_precision"] == pytest.approx(np.mean(precise))
+    # both versions re-scored every analysed row (the champion arm's, then the canary arm's)
+    order = np.r_[np.flatnonzero(arm == "champion"), np.flatnonzero(arm == "canary")]
+    x = np.array([[records[i].features[f] for f in IRIS] for i in order])
+    v1, v2 = (
+        np.array([list(p.probabilities) for p in _predictions(settings, "iris", v, x)])
+        for v in ("1", "2")
+    )
+    confusion = pd.crosstab(
+        pd.Categorical(v1.argmax(1), range(3)), pd.Categorical(v2.argmax(1), range(3))
+    )
+    assert [r["champion \\ canary"] for r in data["confusion"]] == names
+    assert [[r[n] for n in names] for r in data["confusion"]] == confusion.to_numpy().tolist()
+    agreement = {r["class"]: r for r in data["class_agreement"]}
+    for k, name in enumerate(names):
+        assert agreement[name]["canary"] == (v2.argmax(1) == k).sum()
+        both = ((v1.argmax(1) == k) & (v2.argmax(1) == k)).sum()
+        assert agreement[name]["both"] == both
+    deltas = {r["class"]: r for r in data["probability_delta"]}
+    assert list(deltas) == names
+    for k, name in enumerate(names):
+        assert deltas[name]["mean"] == pytest.approx((v2 - v1)[:, k].mean())
 
 
 @pytest.mark.parametrize("rows", [600, 2400])

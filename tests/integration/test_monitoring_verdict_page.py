@@ -39,6 +39,33 @@ def _rendered_text(page: Path, profile: Path) -> str:
     return "\n".join(line.strip() for line in lines if line.strip())
 
 
+def rendered_layout(page: Path, scratch: Path, width: int = 1280) -> dict[str, Any]:
+    """How wide ``page`` renders in Chromium at ``width`` px: the document's scroll width,
+    the viewport's, and each table's (scroll width, visible width)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    probe = scratch / page.name
+    measure = (
+        "<script>document.body.setAttribute('data-layout', JSON.stringify({page: "
+        "document.documentElement.scrollWidth, view: window.innerWidth, tables: "
+        "[...document.querySelectorAll('table')].map(t => [t.scrollWidth, t.clientWidth])}))"
+        "</script>"
+    )
+    probe.write_text(page.read_text().replace("</body>", f"{measure}</body>"))
+    run = subprocess.run(
+        [
+            str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={scratch / 'profile'}", f"--window-size={width},900",
+            "--virtual-time-budget=5000", "--dump-dom", probe.as_uri(),
+        ],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = re.search(r'data-layout="([^"]*)"', run.stdout)
+    assert found, run.stdout[:2000]
+    return dict(json.loads(html.unescape(found.group(1))))
+
+
 def _window(kind: str, rows: int = 1500) -> tuple[np.ndarray, np.ndarray]:
     frame = qb._frame(rows, 7)
     x = frame[qb.INPUTS].to_numpy()

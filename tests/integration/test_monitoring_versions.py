@@ -64,6 +64,26 @@ def _phase(settings, name: str, arm: str, version: str, n: int, ago: float, shif
     path.write_bytes(b"".join(ENCODER.encode(r) + b"\n" for r in records))
 
 
+def _mirror(settings, of: str, version: str, n: int, ago: float) -> None:  # type: ignore[no-untyped-def]
+    """A shadow ``version``'s answers to the first ``n`` requests of the phase ``of`` (logged
+    under their request ids, as the gateway logs a shadow answer)."""
+    f = _frame(n, zlib.crc32(of.encode()) % 1000)
+    now = time.time() - ago
+    records = [
+        PredictionRecord(
+            request_id=f"{of}-{i}", ts=now - i, tenant="t", model="fraud", version=version,
+            arm="shadow", generation=1, entity_key=f"customer_id={i}", entity={"customer_id": i},
+            features={k: float(v) for k, v in f.iloc[i].items()},
+            score=float(1 / (1 + np.exp(-0.9 * f["c"].iloc[i]))), label=int(f["c"].iloc[i] > 0),
+            latency_ms=6.0,
+        )
+        for i in range(n)
+    ]  # fmt: skip
+    path = settings.predlog_path / f"shadow-{of}-v{version}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(ENCODER.encode(r) + b"\n" for r in records))
+
+
 def _promote_then_rollback(settings) -> None:  # type: ignore[no-untyped-def]
     _phase(settings, "v1-before", "champion", "1", 351, ago=3000)
     _phase(settings, "v2-canary", "canary", "2", 120, ago=2400)
@@ -133,9 +153,37 @@ def test_version_keeps_one_version_and_says_what_it_left_out(settings) -> None: 
     }
 
 
-def test_canary_says_how_many_rows_of_other_versions_it_left_out(settings) -> None:  # type: ignore[no-untyped-def]
+def test_canary_says_how_many_rows_of_other_versions_it_left_out(settings, capsys) -> None:  # type: ignore[no-untyped-def]
     _promote_then_rollback(settings)
     result = monitoring.analyze(settings, "fraud", "24h")
     assert (result.champion_version, result.champion_requests) == ("1", 951)
     assert (result.canary_version, result.canary_requests) == ("2", 120)
     assert "300 champion row(s) of other versions left out (v1 only)" in result.notes
+    _, out, _ = _cli(["canary", "analyze", "fraud", "--window", "24h"], capsys)
+    assert "fraud: canary v2 (120 req) vs champion v1 (951 req)" in out
+    assert "note: 300 champion row(s) of other versions left out (v1 only)" in out
+
+
+def test_shadow_pairs_one_version_per_side_and_counts_what_it_left_out(settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Shadow v3 mirrored v2 (promoted) and then v1 (rolled back); an older shadow v4 mirrored
+    v1 before: each analysis pairs one shadow version with one champion version, with their
+    own counts, and says how many rows of other versions it left out."""
+    _promote_then_rollback(settings)
+    _mirror(settings, "v1-before", "4", 100, ago=3000)
+    _mirror(settings, "v2-promoted", "3", 300, ago=1200)
+    _mirror(settings, "v1-rolled-back", "3", 300, ago=60)
+    code, out, err = _cli(["shadow", "analyze", "fraud", "--window", "24h", "--json"], capsys)
+    data = json.loads(out)
+    assert (data["shadow_version"], data["champion_version"]) == ("3", "1"), err
+    assert (data["paired_requests"], data["unpaired_shadow_rows"]) == (300, 0)
+    assert data["notes"] == [
+        "100 shadow row(s) of other versions left out (v3 only)",
+        "300 paired request(s) the champion answered with other versions left out "
+        "(champion v1 only)",
+    ]
+    _, out, _ = _cli(["shadow", "analyze", "fraud", "--window", "24h"], capsys)
+    assert "fraud: shadow v3 vs champion v1 on 300 paired request(s)" in out
+    assert "note: 100 shadow row(s) of other versions left out (v3 only)" in out
+    older = monitoring.analyze_shadow(settings, "fraud", "24h", version="4")
+    assert (older.shadow_version, older.champion_version, older.paired_requests) == ("4", "1", 100)
+    assert older.notes == ["600 shadow row(s) of other versions left out (v4 only)"]

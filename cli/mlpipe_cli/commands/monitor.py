@@ -14,6 +14,7 @@ from typing import Any
 import typer
 
 from mlpipe_cli import console
+from mlpipe_cli.commands.shadow import class_tables
 from mlpipe_cli.console import number
 from mlpipe_cli.state import state
 
@@ -234,6 +235,7 @@ def analyze(
                 title, ["check", "champion", "canary", "threshold", "result", "detail"], rows
             )
         )
+        class_tables(result, "canary")
         for note in result.notes:
             console.show(f"note: {note}")
         paired = "both versions on the same rows" if result.paired else "arms' own rows"

@@ -6,7 +6,7 @@ The table, the figures and the verdict line go to stdout; progress to stderr.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -65,30 +65,31 @@ def _render(name: str, result: ShadowAnalysis) -> None:
     if result.score_delta:
         what = "prediction" if result.task == "regression" else "score"
         console.show(f"{what} delta (shadow - champion): {spread}")
-    _class_tables(result)
+    class_tables(result, "shadow")
     console.show(f"latency ms: {latency or '-'}")
     _top(result)
+    for note in result.notes:
+        console.show(f"note: {note}")
     console.show(
         f"verdict: {result.verdict}; recorded in {result.report_path} and {result.html_path}"
     )
 
 
-def _class_tables(result: ShadowAnalysis) -> None:
-    """Classifiers: agreement per class, the confusion table, probability deltas per class."""
-    if result.class_agreement:
-        columns = ["class", "champion", "shadow", "both", "agreement"]
-        rows = [[number(r[c]) for c in columns] for r in result.class_agreement]
-        console.show(console.table("predicted classes", columns, rows))
-    if result.confusion:
-        columns = list(result.confusion[0])
-        rows = [[number(r[c]) for c in columns] for r in result.confusion]
-        console.show(console.table("champion (rows) vs shadow (columns)", columns, rows))
-    if result.probability_delta:
-        columns = ["class", "mean", "mean_abs", "p1", "p99", "max_abs"]
-        rows = [[number(r[c]) for c in columns] for r in result.probability_delta]
-        console.show(
-            console.table("probability delta per class (shadow - champion)", columns, rows)
-        )
+def class_tables(result: Any, side: str) -> None:
+    """A classifier's per-class tables of a ``side`` (canary or shadow) analysis: each arm on
+    its own rows (canary), agreement and confusion of both versions' predicted classes on the
+    same rows, probability deltas per class (multiclass)."""
+    deltas = ["class", "mean", "mean_abs", "p1", "p99", "max_abs"]
+    for title, records, shown in (
+        ("per class, each arm's own rows", getattr(result, "arm_classes", []), None),
+        ("predicted classes, same rows", result.class_agreement, None),
+        (f"champion (rows) vs {side} (columns)", result.confusion, None),
+        (f"probability delta per class ({side} - champion)", result.probability_delta, deltas),
+    ):
+        if records:
+            columns = shown or list(records[0])
+            rows = [[number(r[c]) for c in columns] for r in records]
+            console.show(console.table(title, columns, rows))
 
 
 def _top(result: ShadowAnalysis) -> None:

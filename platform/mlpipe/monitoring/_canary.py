@@ -25,6 +25,14 @@ Operational checks compare the arms as before: requests (both arms need
 beyond the window's own noise, with an absolute slack: docs/canary.md).
 Verdict: fail if any check fails; insufficient if too few requests, or if
 neither the score test nor any label metric could be evaluated; pass otherwise.
+
+Beside the checks, a classifier's analysis has per-class tables, classes named
+as the version names them (:mod:`._class_tables`): each arm's share of
+predictions per class and, where outcomes arrived, its recall and precision per
+class on its own rows (the arms serve different customers, so these describe
+each arm, they do not compare the versions); and where both versions re-scored
+the same rows, their agreement and confusion per class and, multiclass, the
+canary − champion probability of each class.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from mlpipe import warehouse
 from mlpipe.config import MonitorSettings, Settings
 from mlpipe.errors import InvalidInput
+from mlpipe.monitoring import _class_tables as ct
 from mlpipe.monitoring import _paired
 from mlpipe.monitoring._model_checks import CanaryCheck, Pairing, label_checks, score_check
 from mlpipe.monitoring._quality import version_task
@@ -45,6 +54,7 @@ from mlpipe.tasks import TaskSpec
 from mlpipe.windows import window_ending
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 CanaryOutcome = Literal["pass", "fail", "insufficient"]
@@ -69,6 +79,15 @@ class CanaryAnalysis:
     report_path: str | None = None
     html_path: str | None = None
     task: str = "binary"  # the canary version's task, as TaskSpec.describe() says it
+    # classifiers, each arm on its own rows: per class, its share of the arm's predictions,
+    # and where outcomes arrived the arm's labelled rows, recall and precision of the class
+    arm_classes: list[dict[str, Any]] = field(default_factory=list)
+    # classifiers, both versions on the same (re-scored) rows: per class, how often each
+    # predicts it and the canary agrees; the confusion table of their predicted classes
+    class_agreement: list[dict[str, Any]] = field(default_factory=list)
+    confusion: list[dict[str, Any]] = field(default_factory=list)
+    # multiclass, same rows: per class, the spread of canary − champion probability
+    probability_delta: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -237,6 +256,43 @@ def _pair(
     return pairing, ""
 
 
+def _add_class_tables(
+    result: CanaryAnalysis,
+    arms: tuple[_Arm, _Arm],
+    pairing: Pairing | None,
+    task: TaskSpec,
+    champion_task: TaskSpec,
+) -> None:
+    """A classifier's per-class tables (:mod:`._class_tables`), class names first: each arm's
+    classes on its own rows and, where both versions re-scored the same rows, their
+    agreement and confusion per class and (multiclass) probability deltas; a note instead
+    where the two versions' classes differ."""
+    ch, ca = arms
+    if not task.is_classifier:
+        return
+    if (champion_task.task, champion_task.classes) != (task.task, task.classes):
+        result.notes.append(
+            f"per-class tables left out: champion v{ch.version} has classes "
+            f"{list(champion_task.classes)}, canary v{ca.version} {list(task.classes)}"
+        )
+        return
+    result.arm_classes = ct.arm_classes({"champion": ch.rows, "canary": ca.rows}, task)
+    if pairing is not None:
+        champion, canary = _predicted_classes(pairing)
+        result.class_agreement, result.confusion = ct.agreement_tables(
+            champion, canary, task, "canary"
+        )
+        result.probability_delta = ct.probability_deltas(pairing.champion, pairing.canary, task)
+
+
+def _predicted_classes(pairing: Pairing) -> tuple[np.ndarray, np.ndarray]:
+    """Both versions' predicted class indices on the paired rows."""
+    if pairing.task.task == "multiclass":
+        return pairing.champion.argmax(axis=1), pairing.canary.argmax(axis=1)
+    champion, canary = pairing.flagged()
+    return champion.astype(int), canary.astype(int)
+
+
 def _arms(rows: pd.DataFrame, version: str | None) -> tuple[_Arm, _Arm]:
     """The champion version's and the canary version's rows (the newest of each by default)."""
     canary_version = version or _newest_version(rows, "canary")
@@ -292,6 +348,8 @@ def analyze(
         champion.requests, canary.requests, checks, paired=pairing is not None,
         notes=[why] if why else [], task=task.describe(),
     )  # fmt: skip
+    champion_task = version_task(settings, model, champion.version) if champion.version else task
+    _add_class_tables(result, (champion, canary), pairing, task, champion_task)
     versions = {"champion": champion.version, "canary": canary.version}
     result.notes += left_out(logged.rows, versions)
     publish_versus_champion(

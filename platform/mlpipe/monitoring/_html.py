@@ -49,8 +49,10 @@ _BANNER_STYLE = (
 _STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0;"
     "table-layout:fixed;width:100%;display:block;overflow-x:auto}"
-    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;overflow-wrap:anywhere;"
-    "word-wrap:break-word}th{background:#f4f4f4}"
+    # overflow-wrap alone: its alias word-wrap after it (break-word) would win, and break-word
+    # does not let a long cell shrink its column, so a wide table ran off its box
+    "td,th{border:1px solid #ccc;padding:4px 8px;text-align:left;overflow-wrap:anywhere}"
+    "th{background:#f4f4f4}"
 )
 
 
@@ -76,22 +78,23 @@ def _pairs_table(pairs: Mapping[str, Any]) -> str:
     return f"<table>{body}</table>"
 
 
-def verdict_page(title: str, document: Mapping[str, Any], first: str) -> str:
-    """``document`` as HTML: its scalar fields, then ``first`` and every other table in it."""
+def verdict_page(
+    title: str, document: Mapping[str, Any], first: str, headings: Mapping[str, str] | None = None
+) -> str:
+    """``document`` as HTML: its scalar fields, then ``first`` and every other table in it,
+    each under its heading in ``headings`` (default: its key)."""
     scalars = {k: v for k, v in document.items() if not isinstance(v, (list, dict))}
     parts = [f"<h1>{escape(title)}</h1>", _pairs_table(scalars)]
     keys = [first, *(k for k in document if k != first)]
     for key in keys:
         value = document.get(key)
+        heading = f"<h2>{escape((headings or {}).get(key, key))}</h2>"
         if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
-            parts += [f"<h2>{escape(key)}</h2>", _rows_table(value)]
+            parts += [heading, _rows_table(value)]
         elif isinstance(value, list) and value:
-            parts += [
-                f"<h2>{escape(key)}</h2>",
-                _pairs_table({str(i): v for i, v in enumerate(value)}),
-            ]
+            parts += [heading, _pairs_table({str(i): v for i, v in enumerate(value)})]
         elif isinstance(value, Mapping) and value:
-            parts += [f"<h2>{escape(key)}</h2>", _pairs_table(value)]
+            parts += [heading, _pairs_table(value)]
     body = "\n".join(parts)
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"

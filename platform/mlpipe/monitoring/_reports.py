@@ -181,9 +181,24 @@ def publish_versus_champion(
     result.report_path, result.html_path = str(report.document), str(html)
     data = result.to_dict()
     title = f"{model}: {kind} v{version} vs champion v{result.champion_version}: {result.verdict}"
-    html.write_text(verdict_page(title, data, "checks"))
+    html.write_text(verdict_page(title, data, "checks", _headings(kind)))
     finding = Finding(result.verdict, data, arm=kind, version=version)
     publish(settings, report, window, data, [finding], notify)
+
+
+def _headings(kind: str) -> dict[str, str]:
+    """The section headings of a canary or shadow page, the candidate named as ``kind``."""
+    return {
+        "checks": f"checks: champion vs {kind}",
+        "arm_classes": "per class, each arm on its own rows: share of its predictions; its "
+        "recall and precision where outcomes arrived",
+        "class_agreement": f"predicted classes, both versions on the same rows: how often the "
+        f"{kind} predicts the champion's class",
+        "confusion": f"champion's predicted class (rows) vs the {kind}'s (columns), same rows",
+        "probability_delta": f"probability delta per class ({kind} - champion), same rows",
+        "score_delta": f"score delta ({kind} - champion)",
+        "disagreements": "largest disagreements",
+    }
 
 
 __all__ = [

@@ -17,6 +17,10 @@ logged class probabilities: agreement per class, the confusion table of the two
 versions' predicted classes, and the probability delta of each class (never one
 "score delta" between the probabilities of different classes); a regression
 pair on its predicted values (no label agreement: a regression has no labels).
+One version per side: the shadow version asked for (default the newest) and the
+champion version that answered the newest of its requests; rows of other
+versions (a promote or rollback inside the window) are left out and counted in
+``notes`` (:func:`pair_shadow`).
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from mlpipe import warehouse
 from mlpipe.config import Settings
+from mlpipe.monitoring import _class_tables as ct
 from mlpipe.monitoring import _paired
 from mlpipe.monitoring import _task_metrics as tm
 from mlpipe.monitoring._canary import EXIT_CODES, CanaryOutcome
@@ -43,7 +48,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TOP_DISAGREEMENTS = 10
-_QUANTILES = (0.01, 0.05, 0.5, 0.95, 0.99)
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,8 @@ class ShadowAnalysis:
     confusion: list[dict[str, Any]] = field(default_factory=list)
     # multiclass: per class, the spread of shadow − champion probability of that class
     probability_delta: list[dict[str, Any]] = field(default_factory=list)
+    # rows of other versions left out (one shadow version against one champion version)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -104,23 +110,44 @@ class ShadowAnalysis:
         return {**data, "exit_code": self.exit_code}
 
 
-def pair_shadow(rows: pd.DataFrame, version: str | None) -> tuple[pd.DataFrame, int]:
+class ShadowPairs(NamedTuple):
+    """The paired rows of one shadow version and one champion version, and what was left out."""
+
+    paired: pd.DataFrame  # columns suffixed _ch (champion) and _sh (shadow)
+    unpaired: int  # shadow rows of the version with no champion answer in the window
+    notes: list[str]  # rows of other versions left out, counted
+    version: str | None  # the shadow version paired
+
+
+def pair_shadow(rows: pd.DataFrame, version: str | None) -> ShadowPairs:
     """Shadow rows of ``version`` (default: the newest) joined to the champion's answers.
 
-    Columns suffixed ``_ch`` (champion) and ``_sh`` (shadow); also the count of
-    shadow rows with no champion answer in the window. A request is a (request id,
+    One version on each side: the shadow ``version``, and the champion version
+    that answered the newest of its paired requests (after a promote or a
+    rollback the champion arm served another version before). Rows of other
+    versions are left out and counted in ``notes``. A request is a (request id,
     tenant): request ids are the clients', and two tenants may send the same one.
     """
-    shadow = rows[rows["arm"] == "shadow"]
-    if version is None and len(shadow):
-        version = str(shadow.sort_values("ts")["version"].iloc[-1])
-    shadow = shadow[shadow["version"] == version]
+    on_arm = rows[rows["arm"] == "shadow"]
+    if version is None and len(on_arm):
+        version = str(on_arm.sort_values("ts")["version"].iloc[-1])
+    shadow = on_arm[on_arm["version"].astype(str) == str(version)]
+    notes = []
+    if other := len(on_arm) - len(shadow):
+        notes.append(f"{other} shadow row(s) of other versions left out (v{version} only)")
     champion = rows[rows["arm"] == "champion"]
     paired = champion.merge(shadow, on=["request_id", "tenant"], suffixes=("_ch", "_sh"))
+    unpaired = len(shadow) - len(paired)
     if len(paired):
         newest = str(paired.sort_values("ts_ch")["version_ch"].iloc[-1])
-        paired = paired[paired["version_ch"] == newest]
-    return paired.reset_index(drop=True), len(shadow) - len(paired)
+        same = paired["version_ch"].astype(str) == newest
+        if other := int((~same).sum()):
+            notes.append(
+                f"{other} paired request(s) the champion answered with other versions left "
+                f"out (champion v{newest} only)"
+            )
+        paired = paired[same]
+    return ShadowPairs(paired.reset_index(drop=True), unpaired, notes, version)
 
 
 def _outputs(paired: pd.DataFrame, side: str, task: TaskSpec) -> np.ndarray:
@@ -158,7 +185,7 @@ def _figures(
     task = task or TaskSpec()
     # a multiclass score is the probability of whichever class each side predicted: its
     # difference compares different classes, so the deltas are per class (_class_deltas)
-    spread = {} if task.task == "multiclass" else _spread(paired["score_sh"] - paired["score_ch"])
+    spread = {} if task.task == "multiclass" else ct.spread(paired["score_sh"] - paired["score_ch"])
     latency = {
         f"{side}_{name}": float(paired[f"latency_ms_{suffix}"].quantile(q))
         for side, suffix in (("champion", "ch"), ("shadow", "sh"))
@@ -170,50 +197,22 @@ def _figures(
     return agreement, spread, latency
 
 
-def _spread(delta: Any) -> dict[str, float]:
-    """Quantiles, mean, mean |delta| and max |delta| of ``delta`` (shadow − champion)."""
-    values = np.asarray(delta, dtype=float)
-    spread = {f"p{round(q * 100)}": float(np.quantile(values, q)) for q in _QUANTILES}
-    spread.update(mean=float(values.mean()), mean_abs=float(np.abs(values).mean()))
-    spread["max_abs"] = float(np.abs(values).max())
-    return spread
-
-
 def _class_deltas(paired: pd.DataFrame, task: TaskSpec) -> list[dict[str, Any]]:
     """Multiclass: per class, the spread of shadow − champion probability of that class."""
     if task.task != "multiclass" or not len(paired):
         return []
-    delta = _outputs(paired, "sh", task) - _outputs(paired, "ch", task)
-    return [{"class": str(c), **_spread(delta[:, k])} for k, c in enumerate(task.classes)]
+    return ct.probability_deltas(_outputs(paired, "ch", task), _outputs(paired, "sh", task), task)
 
 
 def _class_tables(
     paired: pd.DataFrame, task: TaskSpec
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Classifiers: agreement per class and the confusion table of the predicted classes.
-
-    A class's ``agreement`` is the share of the champion's predictions of it that the
-    shadow predicts too (NaN where the champion never predicts it).
-    """
+    """Classifiers: agreement per class and the confusion table of the predicted classes
+    (:func:`._class_tables.agreement_tables`)."""
     if not task.is_classifier or not len(paired):
         return [], []
-    names = [str(c) for c in task.classes]
     ch, sh = _predicted(paired, "ch", task), _predicted(paired, "sh", task)
-    table = np.zeros((len(names), len(names)), dtype=int)
-    np.add.at(table, (ch, sh), 1)
-    agreement = [
-        {
-            "class": name, "champion": int(table[k].sum()), "shadow": int(table[:, k].sum()),
-            "both": int(table[k, k]),
-            "agreement": float(table[k, k] / table[k].sum()) if table[k].sum() else math.nan,
-        }
-        for k, name in enumerate(names)
-    ]  # fmt: skip
-    confusion = [
-        {"champion \\ shadow": name, **dict(zip(names, map(int, table[k]), strict=True))}
-        for k, name in enumerate(names)
-    ]
-    return agreement, confusion
+    return ct.agreement_tables(ch, sh, task, "shadow")
 
 
 def _predicted(paired: pd.DataFrame, side: str, task: TaskSpec) -> np.ndarray:
@@ -329,24 +328,22 @@ def analyze_shadow(
         settings, model, current, sync_first=sync_first, history=history, notify=notify,
         with_entities=True,
     )  # fmt: skip
-    paired, unpaired = pair_shadow(with_entity_keys(logged), version)
+    paired, unpaired, left_out, version = pair_shadow(with_entity_keys(logged), version)
     limits = settings.monitor
-    versions = [
-        str(paired[c].iloc[0]) if len(paired) else None for c in ("version_ch", "version_sh")
-    ]
-    task = version_task(settings, model, versions[1] or version)
+    champion = str(paired["version_ch"].iloc[0]) if len(paired) else None
+    task = version_task(settings, model, version)
     verdict, checks = shadow_checks(
         paired, limits.canary_min_requests, limits.canary_min_labels, task
     )
     agreement, spread, latency = _figures(paired, task)
     per_class, confusion = _class_tables(paired, task)
     result = ShadowAnalysis(
-        model, versions[0], versions[1] or version, current.start, current.end, verdict,
+        model, champion, version, current.start, current.end, verdict,
         len(paired), unpaired, agreement, spread, latency, checks,
         _disagreements(paired, top, task), task=task.describe(),
         labelled_requests=_labelled(paired, task) if len(paired) else 0,
         class_agreement=per_class, confusion=confusion,
-        probability_delta=_class_deltas(paired, task),
+        probability_delta=_class_deltas(paired, task), notes=left_out,
     )  # fmt: skip
     publish_versus_champion(
         settings, "shadow", current, model, result.shadow_version, result, notify

@@ -36,7 +36,7 @@ def _rows(n: int, shadow_logit_noise: float | None, seed: int = 0) -> pd.DataFra
 
 
 def test_the_same_model_in_shadow_agrees_everywhere_and_passes() -> None:
-    paired, unpaired = pair_shadow(_rows(3000, None), None)
+    paired, unpaired, *_ = pair_shadow(_rows(3000, None), None)
     assert len(paired) == 3000 and unpaired == 0
     verdict, checks = shadow_checks(paired, 200, 100)
     assert verdict == "pass", [c for c in checks if c.passed is False]
@@ -51,7 +51,7 @@ def test_the_same_model_in_shadow_agrees_everywhere_and_passes() -> None:
 
 
 def test_a_blind_shadow_fails_and_names_the_requests_it_disagrees_on_most() -> None:
-    paired, _ = pair_shadow(_rows(3000, 0.3), None)
+    paired, *_ = pair_shadow(_rows(3000, 0.3), None)
     verdict, checks = shadow_checks(paired, 200, 100)
     failed = {c.name for c in checks if c.passed is False}
     assert verdict == "fail" and {"paired_score", "auc"} <= failed
@@ -65,7 +65,7 @@ def test_two_tenants_sending_the_same_ids_pair_each_with_its_own_answers() -> No
     """Request ids are the clients': a pair is a (tenant, request id), never across tenants."""
     a, b = _rows(200, None, seed=0), _rows(200, None, seed=1)  # same ids, other answers
     rows = pd.concat([a, b.assign(tenant="other")], ignore_index=True)
-    paired, unpaired = pair_shadow(rows, None)
+    paired, unpaired, *_ = pair_shadow(rows, None)
     assert len(paired) == 400 and unpaired == 0
     assert (paired["score_sh"] == paired["score_ch"]).all()  # each shadow met its own champion
     assert sorted(paired.groupby("tenant").size().tolist()) == [200, 200]
@@ -74,7 +74,7 @@ def test_two_tenants_sending_the_same_ids_pair_each_with_its_own_answers() -> No
 def test_only_the_asked_shadow_version_pairs_and_too_few_is_insufficient() -> None:
     rows = _rows(300, None)
     rows.loc[(rows["arm"] == "shadow") & (rows.index % 2 == 0), "version"] = "3"
-    paired, unpaired = pair_shadow(rows, "3")
+    paired, unpaired, *_ = pair_shadow(rows, "3")
     assert set(paired["version_sh"]) == {"3"} and len(paired) == 150 and unpaired == 0
     verdict, checks = shadow_checks(paired, 200, 100)
     assert verdict == "insufficient" and [(c.name, c.passed) for c in checks] == [
@@ -106,7 +106,7 @@ def test_a_biased_regression_shadow_fails_on_bias_and_has_no_label_agreement() -
     from mlpipe.tasks import TaskSpec
 
     task = TaskSpec("regression")
-    paired, _ = pair_shadow(_regression_rows(1000, 1.0), None)
+    paired, *_ = pair_shadow(_regression_rows(1000, 1.0), None)
     verdict, checks = shadow_checks(paired, 200, 100, task)
     by_name = {c.name: c for c in checks}
     assert verdict == "fail" and by_name["bias"].passed is False
@@ -116,5 +116,5 @@ def test_a_biased_regression_shadow_fails_on_bias_and_has_no_label_agreement() -
     assert spread["mean_abs"] == pytest.approx(1.0) and spread["max_abs"] == pytest.approx(1.0)
     (top,) = _disagreements(paired, 1, task)
     assert top.champion_label is None and top.probability_delta is None
-    same, _ = pair_shadow(_regression_rows(1000, 0.0), None)
+    same, *_ = pair_shadow(_regression_rows(1000, 0.0), None)
     assert shadow_checks(same, 200, 100, task)[0] == "pass"
