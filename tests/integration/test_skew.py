@@ -30,6 +30,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2] / "feature_repo"
 SKEWED = "amount_mean_7d"
 VERSION = "3"  # v1 and v2 (the template's) have no feature service
+LATER = "4"  # another version on the same service: promoted, then rolled back
 # The data ends an hour before the current hour, so every request logged "now" is after
 # the last snapshot: online and offline-as-of-request hold the same values.
 DATA_END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
@@ -69,6 +70,16 @@ def feast_home(tmp_path_factory: pytest.TempPathFactory, registry_template: Path
         feature_service="fraud_v2",
     )
     assert info.version == VERSION
+    later = LGBMClassifier(n_estimators=6, verbose=-1).fit(frame[inputs], frame["label"])
+    joblib.dump(later, root / "later.joblib")
+    info = registry.register(
+        settings,
+        "fraud",
+        dataset=root / "train.parquet",
+        model_path=root / "later.joblib",
+        feature_service="fraud_v2",
+    )
+    assert info.version == LATER
     return root
 
 
@@ -85,8 +96,11 @@ def settings(feast_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return load_settings()
 
 
-def _served_traffic(settings, name: str, ts: list[float], perturb: bool) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    """Log one request per ts, features read from the online store; returns the true values."""
+def _served_traffic(
+    settings, name: str, ts: list[float], perturb: bool, version: str = VERSION
+) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Log one request per ts answered by ``version``, features read from the online store;
+    returns the true values."""
     online = features.OnlineFeatures(settings, "fraud_v2", cache_ttl_s=0, cache_size=0)
     customers = [i % 31 for i in range(len(ts))]  # customer 30 does not exist: defaults
     rows = online.get_many([{"customer_id": c} for c in customers])
@@ -102,7 +116,7 @@ def _served_traffic(settings, name: str, ts: list[float], perturb: bool) -> dict
                 ts=at,
                 tenant="t",
                 model="fraud",
-                version=VERSION,
+                version=version,
                 arm="champion",
                 generation=1,
                 entity_key=f"customer_id={customer}",
@@ -180,3 +194,37 @@ def test_an_empty_window_is_no_data_and_an_unknown_model_exits_2(settings, capsy
     assert verdict.verdict == "no_data" and verdict.exit_code == 0
     code, _, err = _cli(["monitor", "skew", "nosuch", "--window", "1h"], capsys)
     assert code == 2 and "nosuch" in err
+
+
+def test_each_version_is_compared_on_its_own_rows(settings, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Issue 28 item 3: v3 served, v4 promoted (its serving skewed one feature), rolled back to
+    v3: each version is reported with its own rows, and v4's skew is v4's, not pooled."""
+    now = time.time()
+    _served_traffic(settings, "v3-before", [now - 590 + 2 * i for i in range(62)], perturb=False)
+    promoted = [now - 300 + 2 * i for i in range(62)]
+    _served_traffic(settings, "v4-promoted", promoted, perturb=True, version=LATER)
+    _served_traffic(settings, "v3-rolled-back", [now - 60 + i for i in range(31)], perturb=False)
+    result = monitoring.skew(settings, "fraud", "15m")
+    assert [(v.version, v.rows, v.compared, v.verdict) for v in result.versions] == [
+        (VERSION, 93, 93, "ok"),
+        (LATER, 62, 62, "skew"),
+    ]
+    assert result.verdict == "skew" and result.rows_compared == 155
+    rates = {(f.version, f.feature): f.mismatch_rate for f in result.features}
+    assert rates[LATER, SKEWED] == pytest.approx(31 / 62)
+    assert all(rate == 0 for (version, _), rate in rates.items() if version == VERSION)
+    entries = warehouse.list_reports(settings, model="fraud", kind="skew")
+    assert {(e.version, e.verdict, e.summary["rows"]) for e in entries} == {
+        (VERSION, "ok", 93),
+        (LATER, "skew", 62),
+    }
+    code, out, _ = _cli(["monitor", "skew", "fraud", "--window", "15m"], capsys)
+    assert code == 1
+    assert f"fraud v{VERSION}: ok — 93 of 93 request(s) compared" in out
+    assert f"fraud v{LATER}: skew — 62 of 62 request(s) compared" in out
+    args = ["monitor", "skew", "fraud", "--window", "15m", "--version", VERSION, "--json"]
+    code, out, _ = _cli(args, capsys)
+    data = json.loads(out)
+    assert (code, data["verdict"], data["rows_compared"]) == (0, "ok", 93)
+    assert [v["version"] for v in data["versions"]] == [VERSION]
+    assert "62 row(s) of other versions left out (v3 only)" in data["notes"]

@@ -151,6 +151,9 @@ def skew(
     sample: int | None = typer.Option(
         None, "--sample", min=1, help="Logged rows to check (default: monitor.skew_sample_rows)."
     ),
+    version: str | None = typer.Option(
+        None, "--version", help="Check this version only (default: each version served)."
+    ),
     as_json: bool = _JSON,
     alert_webhook: str | None = _WEBHOOK,
 ) -> None:
@@ -160,47 +163,45 @@ def skew(
     settings = state.settings()
     feed = deployments.history_feed(settings)
     result = monitoring.skew(
-        settings, name, window, sample=sample, notify=console.status, history=feed
+        settings, name, window, sample=sample, notify=console.status, history=feed, version=version
     )
     data = result.to_dict()
     if as_json:
         console.print_json(data)
     else:
-        rows = [
-            [
-                f.feature,
-                str(f.compared),
-                str(f.mismatched),
-                f"{f.mismatch_rate:.2%}",
-                number(f.max_abs_diff),
-                "yes" if f.skewed else "no",
-            ]
-            for f in result.features
-        ]
-        title = (
-            f"{name}: {result.verdict} — {result.rows_compared} of {result.rows_in_window} "
-            "request(s) compared with the offline store "
-            f"({', '.join(sorted({f.feature_service for f in result.features})) or '-'})"
-        )
-        console.show(
-            console.table(
-                title,
-                ["feature", "compared", "mismatched", "rate", "max |diff|", "skewed"],
-                rows,
-            )
-        )
-        for f in result.features:
-            for e in f.examples if f.skewed else []:
-                console.status(
-                    f"  {f.feature} {e.entity_key} at {e.ts:%Y-%m-%d %H:%M:%S}: "
-                    f"served {number(e.served)}, offline {number(e.offline)}"
-                )
+        for served in result.versions:
+            _skew_version(name, result, served)
+        if not result.versions:
+            console.show(f"{name}: {result.verdict} — no request of it in the window")
         _skipped_and_notes(result.skipped, result.notes)
         console.show(
             f"verdict: {result.verdict} (relative tolerance {result.rel_tolerance:g}, "
             f"max mismatch rate {result.max_mismatch_rate:g}); recorded in {result.report_path}"
         )
     _finish("skew", name, result.verdict, result.exit_code, data, alert_webhook)
+
+
+def _skew_version(name: str, result: Any, served: Any) -> None:
+    """One version's table: its own rows, compared rows and features; its skewed examples."""
+    mine = [f for f in result.features if f.version == served.version]
+    rows = [
+        [f.feature, str(f.compared), str(f.mismatched), f"{f.mismatch_rate:.2%}",
+         number(f.max_abs_diff), "yes" if f.skewed else "no"]
+        for f in mine
+    ]  # fmt: skip
+    services = ", ".join(sorted({f.feature_service for f in mine})) or "-"
+    title = (
+        f"{name} v{served.version}: {served.verdict} — {served.compared} of {served.rows} "
+        f"request(s) compared with the offline store ({services})"
+    )
+    columns = ["feature", "compared", "mismatched", "rate", "max |diff|", "skewed"]
+    console.show(console.table(title, columns, rows))
+    for f in mine:
+        for e in f.examples if f.skewed else []:
+            console.status(
+                f"  v{served.version} {f.feature} {e.entity_key} at {e.ts:%Y-%m-%d %H:%M:%S}: "
+                f"served {number(e.served)}, offline {number(e.offline)}"
+            )
 
 
 def analyze(

@@ -33,7 +33,14 @@ from mlpipe.monitoring._drift import (
 )
 from mlpipe.monitoring._screen import SkippedColumn, screen
 from mlpipe.monitoring._shadow import Disagreement, ShadowAnalysis, analyze_shadow
-from mlpipe.monitoring._skew import FeatureSkew, SkewExample, SkewOutcome, SkewVerdict, skew
+from mlpipe.monitoring._skew import (
+    FeatureSkew,
+    SkewExample,
+    SkewOutcome,
+    SkewVerdict,
+    VersionSkew,
+    skew,
+)
 from mlpipe.windows import Window, parse_duration, parse_reference, window_ending
 
 __all__ = [
@@ -55,6 +62,7 @@ __all__ = [
     "SkewOutcome",
     "SkewVerdict",
     "SkippedColumn",
+    "VersionSkew",
     "Window",
     "analyze",
     "analyze_shadow",

@@ -8,6 +8,11 @@ is skewed when more than ``skew_max_mismatch_rate`` of its compared rows differ
 beyond ``skew_rel_tolerance`` (relative). Model inputs the service does not
 define (request-time inputs such as ``amount``) have no offline definition and
 are skipped, by name.
+
+One version per figure: each version served in the window is compared with its
+own FeatureService and reported on its own (its rows, its comparisons, its
+verdict), never pooled with another version's under one feature's name;
+``version`` keeps one and notes how many rows of other versions it left out.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from mlpipe.monitoring._screen import SkippedColumn
 from mlpipe.windows import Window, window_ending
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
 SkewOutcome = Literal["ok", "skew", "no_data"]  # no_data: no row could be compared
@@ -48,6 +54,8 @@ class SkewExample:
 
 @dataclass
 class FeatureSkew:
+    """One feature of one version: its served values against the offline ones."""
+
     feature: str
     feature_service: str
     compared: int
@@ -56,6 +64,18 @@ class FeatureSkew:
     max_abs_diff: float | None
     skewed: bool
     examples: list[SkewExample] = field(default_factory=list)
+    version: str | None = None  # the version that served the compared rows
+
+
+@dataclass
+class VersionSkew:
+    """One served version in the window: its rows, how many were compared, its verdict."""
+
+    version: str
+    rows: int  # the version's rows read from the window (a sample where it was sampled)
+    compared: int = 0
+    verdict: SkewOutcome = "no_data"
+    skewed_features: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -71,10 +91,11 @@ class SkewVerdict:
     sampled: bool
     rel_tolerance: float
     max_mismatch_rate: float
-    features: list[FeatureSkew] = field(default_factory=list)
+    features: list[FeatureSkew] = field(default_factory=list)  # per version, then feature
     skipped: list[SkippedColumn] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     report_path: str | None = None
+    versions: list[VersionSkew] = field(default_factory=list)  # the newest served first
 
     @property
     def exit_code(self) -> int:
@@ -82,7 +103,8 @@ class SkewVerdict:
 
     @property
     def skewed_features(self) -> list[str]:
-        return [f.feature for f in self.features if f.skewed]
+        """The features skewed under any version (each named once)."""
+        return list(dict.fromkeys(f.feature for f in self.features if f.skewed))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,21 +176,25 @@ def _compare(
 
 @dataclass
 class _Tally:
-    """Per-feature comparisons pooled over versions, and why the other features were left out."""
+    """One version's comparisons per feature, why other features were left out, notes, and
+    how many of its rows were compared."""
 
-    max_rate: float
+    version: str
+    rel_tolerance: float
+    max_mismatch_rate: float
     features: dict[str, FeatureSkew] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-
-    def add(self, part: FeatureSkew) -> None:
-        previous = self.features.get(part.feature)
-        # The same feature under another version: pool the counts.
-        self.features[part.feature] = (
-            part if previous is None else _pool(previous, part, self.max_rate)
-        )
+    notes: list[str] = field(default_factory=list)
+    compared: int = 0
 
     def skip(self, feature: str, why: str) -> None:
         self.skipped.setdefault(feature, why)
+
+    def summary(self, rows: int) -> VersionSkew:
+        """The version's line: its ``rows`` in the window, compared rows, verdict."""
+        skewed = [k for k in sorted(self.features) if self.features[k].skewed]
+        verdict: SkewOutcome = ("skew" if skewed else "ok") if self.compared else "no_data"
+        return VersionSkew(self.version, rows, self.compared, verdict, skewed)
 
 
 def _offline_keys(join_keys: list[str], rows: pd.DataFrame, entities: pd.DataFrame) -> pd.DataFrame:
@@ -198,16 +224,15 @@ def _examples_meta(rows: pd.DataFrame, entities: pd.DataFrame) -> pd.DataFrame:
 def _compare_version(
     settings: Settings,
     model: str,
-    version: str,
     logged: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
-    result: SkewVerdict,
     tally: _Tally,
 ) -> None:
     """Compare one version's logged (rows, served features, entities) with its FeatureService."""
     rows, served, entities = logged
+    version = tally.version
     service = _feature_service(settings, model, version)
     if not service:
-        result.notes.append(
+        tally.notes.append(
             f"v{version} was registered without a feature service: "
             f"{len(rows)} row(s) have nothing to compare offline"
         )
@@ -215,14 +240,14 @@ def _compare_version(
     spec = features.describe_service(settings, service)
     absent = [k for k in spec.join_keys if k not in entities]
     if absent:
-        result.notes.append(
+        tally.notes.append(
             f"v{version}: logged entities lack the join key(s) {', '.join(absent)} "
             f"of {service}: {len(rows)} row(s) not compared"
         )
         return
     keyed = entities[spec.join_keys].notna().all(axis=1).to_numpy()
     if not keyed.all():
-        result.notes.append(f"v{version}: {int((~keyed).sum())} row(s) without join keys")
+        tally.notes.append(f"v{version}: {int((~keyed).sum())} row(s) without join keys")
     rows, served, entities = rows[keyed], served[keyed], entities[keyed]
     if not len(rows):
         return
@@ -239,18 +264,18 @@ def _compare_version(
         if name not in served:
             tally.skip(name, f"defined by {service} but not logged by serving")
             continue
-        tally.add(
-            _compare(
-                service,
-                name,
-                served[name].reset_index(drop=True),
-                offline[name],
-                meta,
-                result.rel_tolerance,
-                result.max_mismatch_rate,
-            )
+        part = _compare(
+            service,
+            name,
+            served[name].reset_index(drop=True),
+            offline[name],
+            meta,
+            tally.rel_tolerance,
+            tally.max_mismatch_rate,
         )
-    result.rows_compared += len(rows)
+        part.version = version
+        tally.features[name] = part
+    tally.compared = len(rows)
 
 
 def skew(
@@ -262,14 +287,18 @@ def skew(
     sync_first: bool = True,
     notify: warehouse.Notify | None = None,
     history: warehouse.HistorySource | None = None,
+    version: str | None = None,
 ) -> SkewVerdict:
     """Compare served features with their offline point-in-time values over the window.
 
     Reads up to ``sample`` (default ``monitor.skew_sample_rows``) logged rows in
     the window ending at ``end`` (default now, naive UTC), joins each version's
     FeatureService offline as of each row's timestamp, and reports the mismatch
-    rate per feature. Writes ``skew.json`` under the reports directory and a row
-    (kind ``skew``) in the ``reports`` index; ``history`` is what the sync first
+    rate per feature of each version (``versions``: each one's rows, compared
+    rows and verdict; ``version`` keeps that one, noting the rows of other
+    versions left out). The verdict is ``skew`` if any version's is. Writes
+    ``skew.json`` under the reports directory and a row (kind ``skew``) per
+    version in the ``reports`` index; ``history`` is what the sync first
     mirrors into the warehouse (see :func:`mlpipe.warehouse.sync`). Raises
     :class:`InvalidInput` for a bad window, :class:`NotFound` for a model
     without logged predictions, and what :func:`mlpipe.features.training_set`
@@ -304,50 +333,75 @@ def skew(
     ok = (win.rows["status"] == "ok").to_numpy()
     if (~ok).any():
         result.notes.append(f"{int((~ok).sum())} error row(s) left out: no features were served")
-    assert win.entities is not None
-    rows, served, entities = win.rows[ok], win.features[ok], win.entities[ok]
-    tally = _Tally(max_rate)
-    for version in sorted(set(rows["version"]), key=str):
-        mask = (rows["version"] == version).to_numpy()
-        logged = (rows[mask], served[mask], entities[mask])
-        _compare_version(settings, model, str(version), logged, result, tally)
-    result.features = [tally.features[k] for k in sorted(tally.features)]
-    result.skipped = [
-        SkippedColumn(k, why) for k, why in sorted(tally.skipped.items()) if k not in tally.features
-    ]
-    if result.rows_compared:
-        result.verdict = "skew" if result.skewed_features else "ok"
+    _compare_versions(settings, win, ok, version, result)
+    verdicts = {v.verdict for v in result.versions}
+    result.verdict = next((v for v in ("skew", "ok") if v in verdicts), "no_data")
     _publish(settings, result, current, notify)
     return result
+
+
+def _compare_versions(
+    settings: Settings,
+    win: warehouse.PredictionWindow,
+    ok: np.ndarray,
+    version: str | None,
+    result: SkewVerdict,
+) -> None:
+    """Each served version's ``ok`` rows against its own FeatureService, one after the other
+    (the newest first), into ``result``: never two versions' rows in one figure."""
+    assert win.entities is not None
+    rows, served, entities = win.rows[ok], win.features[ok], win.entities[ok]
+    names = win.rows["version"].astype(str)
+    skipped: dict[str, str] = {}
+    for name in _served_versions(win.rows, version, result.notes):
+        mask = (rows["version"].astype(str) == name).to_numpy()
+        tally = _Tally(name, result.rel_tolerance, result.max_mismatch_rate)
+        _compare_version(settings, result.model, (rows[mask], served[mask], entities[mask]), tally)
+        result.versions.append(tally.summary(int((names == name).sum())))
+        result.features += [tally.features[k] for k in sorted(tally.features)]
+        result.rows_compared += tally.compared
+        result.notes += tally.notes
+        for feature, why in tally.skipped.items():
+            skipped.setdefault(feature, why)
+    compared = {f.feature for f in result.features}
+    result.skipped = [
+        SkippedColumn(k, why) for k, why in sorted(skipped.items()) if k not in compared
+    ]
+
+
+def _served_versions(rows: pd.DataFrame, version: str | None, notes: list[str]) -> list[str]:
+    """The versions in the window, the one that served last first; ``version`` keeps that one
+    (noting the rows of other versions it leaves out)."""
+    names = rows["version"].astype(str)
+    last = rows.groupby(names)["ts"].max().sort_values(ascending=False, kind="stable")
+    served = [str(v) for v in last.index]
+    if version is None:
+        return served
+    if other := int((names != version).sum()):
+        notes.append(f"{other} row(s) of other versions left out (v{version} only)")
+    return [version] if version in served else []
 
 
 def _publish(
     settings: Settings, result: SkewVerdict, window: Window, notify: warehouse.Notify | None
 ) -> None:
+    """``skew.json`` and a row in the ``reports`` index per version (one without a version
+    where no version served in the window)."""
     report = new_report(settings, "skew", result.model)
     result.report_path = str(report.document)
-    summary = {
-        "rows_compared": result.rows_compared,
-        "skewed": result.skewed_features,
-        "mismatch_rate": {f.feature: f.mismatch_rate for f in result.features},
-    }
-    publish(settings, report, window, result.to_dict(), [Finding(result.verdict, summary)], notify)
-
-
-def _pool(a: FeatureSkew, b: FeatureSkew, max_rate: float) -> FeatureSkew:
-    compared = a.compared + b.compared
-    mismatched = a.mismatched + b.mismatched
-    rate = mismatched / compared if compared else 0.0
-    diffs = [d for d in (a.max_abs_diff, b.max_abs_diff) if d is not None]
-    return FeatureSkew(
-        feature=a.feature,
-        feature_service=a.feature_service
-        if a.feature_service == b.feature_service
-        else f"{a.feature_service}, {b.feature_service}",
-        compared=compared,
-        mismatched=mismatched,
-        mismatch_rate=rate,
-        max_abs_diff=max(diffs) if diffs else None,
-        skewed=rate > max_rate,
-        examples=(a.examples + b.examples)[:_EXAMPLES],
-    )
+    findings = [
+        Finding(
+            v.verdict,
+            {
+                "rows": v.rows,
+                "rows_compared": v.compared,
+                "skewed": v.skewed_features,
+                "mismatch_rate": {
+                    f.feature: f.mismatch_rate for f in result.features if f.version == v.version
+                },
+            },
+            version=v.version,
+        )
+        for v in result.versions
+    ] or [Finding(result.verdict, {"rows_compared": 0, "skewed": [], "mismatch_rate": {}})]
+    publish(settings, report, window, result.to_dict(), findings, notify)
