@@ -15,7 +15,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
 from mlpipe.serving import free_port
@@ -130,46 +129,56 @@ def test_no_wrong_or_revoked_key_gets_401_and_no_log_row(secure: Any) -> None:
     assert httpx.get(f"{secure.url}/docs.json").status_code == 401
 
 
-async def _timed(
+async def _send(
     client: httpx.AsyncClient, key: str, rid: str, sem: asyncio.Semaphore
-) -> tuple[int, float, str | None]:
+) -> tuple[int, str | None]:
     async with sem:
-        t0 = time.perf_counter()
         r = await client.post("/predict", json=_body(rid), headers={"X-API-Key": key})
-        return r.status_code, time.perf_counter() - t0, r.headers.get("retry-after")
+        return r.status_code, r.headers.get("retry-after")
 
 
 async def _run(url: str, jobs: list[tuple[str, str]], concurrency: int) -> list[Any]:
     sem = asyncio.Semaphore(concurrency)
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        return await asyncio.gather(*(_timed(client, k, rid, sem) for k, rid in jobs))
+        return await asyncio.gather(*(_send(client, k, rid, sem) for k, rid in jobs))
 
 
-def _p99(latencies: list[float]) -> float:
-    return float(np.percentile(latencies, 99))
+def _logged(settings: Any, request_ids: set[str]) -> set[str]:
+    """The prediction log's request ids, once it holds all of ``request_ids`` (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        logged = {r.request_id for r in predlog_rows(settings)}
+        if request_ids <= logged or time.monotonic() > deadline:
+            return logged
+        time.sleep(0.1)
 
 
 def test_tenant_over_its_limit_gets_429_and_the_other_does_not(secure: Any) -> None:
-    beta_jobs = [(secure.beta, f"beta-warm-{i}") for i in range(100)]
-    unloaded = asyncio.run(_run(secure.url, beta_jobs, 8))
-    assert all(s == 200 for s, _, _ in unloaded)
-    base_p99 = _p99([t for _, t, _ in unloaded])
+    # Warm first: into a cold server, the flood's first 429s reached the client as a reset
+    # connection (httpx.ReadError) in 3 of 4 runs without this (not yet understood).
+    warm = asyncio.run(_run(secure.url, [(secure.beta, f"beta-warm-{i}") for i in range(100)], 8))
+    assert [s for s, _ in warm] == [200] * len(warm)
     jobs = []
     for i in range(300):
         jobs.append((secure.alpha, f"alpha-{i}"))
         if i % 3 == 0:
             jobs.append((secure.beta, f"beta-{i}"))
     results = asyncio.run(_run(secure.url, jobs, 8))
-    alpha = [r for (k, _), r in zip(jobs, results, strict=True) if k == secure.alpha]
-    beta = [r for (k, _), r in zip(jobs, results, strict=True) if k == secure.beta]
-    alpha_statuses = [s for s, _, _ in alpha]
+    alpha = [(rid, *r) for (k, rid), r in zip(jobs, results, strict=True) if k == secure.alpha]
+    beta = [(rid, *r) for (k, rid), r in zip(jobs, results, strict=True) if k == secure.beta]
+    alpha_statuses = [s for _, s, _ in alpha]
     assert alpha_statuses.count(429) > 200, alpha_statuses
     assert set(alpha_statuses) <= {200, 429}
-    assert all(ra is not None and int(ra) >= 1 for s, _, ra in alpha if s == 429)
-    assert [s for s, _, _ in beta] == [200] * len(beta)
-    loaded_p99 = _p99([t for _, t, _ in beta])
-    # 2x the unloaded p99, with a 100 ms floor for a noisy shared CI machine.
-    assert loaded_p99 <= max(2 * base_p99, 0.1), (loaded_p99, base_p99)
+    assert all(ra is not None and int(ra) >= 1 for _, s, ra in alpha if s == 429)
+    assert [s for _, s, _ in beta] == [200] * len(beta)
+    # Alpha's flood costs beta nothing because a throttled request is refused at the door,
+    # before its body is read: it reaches neither the batcher nor the model nor the log.
+    # Asserted as that, not as a bound on beta's latency, which a busy machine moves.
+    answered = {rid for rid, s, _ in alpha + beta if s == 200}
+    throttled = {rid for rid, s, _ in alpha if s == 429}
+    logged = _logged(secure.settings, answered)
+    assert answered <= logged, sorted(answered - logged)[:5]
+    assert not throttled & logged, sorted(throttled & logged)[:5]
     metrics = httpx.get(f"{secure.url}/metrics").text
     assert 'mlpipe_tenant_requests_total{result="throttled",tenant="alpha"}' in metrics
     assert 'mlpipe_tenant_requests_total{result="allowed",tenant="beta"}' in metrics
