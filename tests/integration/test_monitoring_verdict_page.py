@@ -1,6 +1,7 @@
 """One verdict everywhere: the HTML drift report, rendered in headless Chromium, leads with the
-verdict, alarms and thresholds the CLI prints, and Evidently's own drift words never contradict
-it (issue 28, item 4), on a clean, a drifted and a quality-failing window.
+verdict, alarms, quality (with the baseline it was judged against) and thresholds the CLI
+prints, and Evidently's own drift words never contradict it (issue 28, item 4), on a clean, a
+drifted and a quality-failing window.
 """
 
 from __future__ import annotations
@@ -70,8 +71,12 @@ def _window(kind: str, rows: int = 1500) -> tuple[np.ndarray, np.ndarray]:
     frame = qb._frame(rows, 7)
     x = frame[qb.INPUTS].to_numpy()
     labels = frame["label"].to_numpy()
-    if kind == "drifted":  # inputs moved, labels as the same world gives them: no quality loss
-        x = x + np.array([1.5, 0.0])
+    if kind == "drifted":
+        # both inputs moved along the model's decision boundary (2.5 x 0.9 = 1.5 x 1.5): the
+        # scores, hence each class's recall, stay as they were, and the labels are the same
+        # world's, so it is drift with no quality loss (moving amount alone moved the recall
+        # of class 0 with the positive rate, a quality alarm of its own)
+        x = x + np.array([0.9, 1.5])
         p = 1 / (1 + np.exp(-(2.5 * x[:, 0] - 1.5 * x[:, 1])))
         labels = np.random.default_rng(5).uniform(0, 1, rows) < p
     if kind == "quality":
@@ -93,10 +98,18 @@ def test_the_html_verdict_is_the_cli_verdict(
     printed = cli(*args, "--json")
     data = json.loads(printed.stdout)
     (arm,) = data["arms"]
-    assert (data["verdict"], arm["verdict"]) == (verdict, verdict), printed.stderr
+    assert (data["verdict"], arm["verdict"]) == (verdict, verdict), arm["alarms"]
     shown = cli(*args).stdout
     for alarm in arm["alarms"]:
         assert f"alarm champion: {alarm}" in shown
+    # the quality section as stdout prints it, with the baseline it was judged against
+    quality = [line for line in shown.splitlines() if line.startswith("quality champion: ")]
+    assert f"quality champion: {arm['quality']['baseline']}" in quality, shown
+    assert arm["quality"]["baseline"] == (
+        "baseline: auc, recall, precision, log_loss, recall[0] measured at register on "
+        "dataset train.parquet (the registration dataset)"
+    )
+    assert f"status={verdict if kind == 'quality' else 'ok'}" in quality[0]
 
     pages = [Path(arm["html"])]
     if kind == "quality":
@@ -108,6 +121,7 @@ def test_the_html_verdict_is_the_cli_verdict(
         assert [line for line in text.splitlines() if line.startswith("alarm ")] == [
             f"alarm champion: {alarm}" for alarm in arm["alarms"]
         ]
+        assert [line for line in text.splitlines() if line.startswith("quality ")] == quality
         assert "thresholds: calibrated per column for 1% false alarms" in text
         # Evidently's own drift words, which could say the opposite of the verdict, are gone.
         assert "Dataset Drift is" not in text

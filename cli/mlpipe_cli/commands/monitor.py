@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from mlpipe_cli import console
 from mlpipe_cli.commands.shadow import class_tables
@@ -120,29 +121,17 @@ def _drift_arm(name: str, a: Any) -> None:
     columns = ["column", "kind", "method", "score", "threshold", "n eff", "result", "detail"]
     console.show(console.table(title, columns, rows))
     for alarm in a.alarms:
-        console.show(f"alarm {a.arm}: {alarm}")
-    if a.quality:
-        figures = _QUALITY_FIGURES[a.quality.get("task", "binary")]
-        shown = ", ".join(f"{k}={number(a.quality.get(k))}" for k in figures if k in a.quality)
-        console.show(f"quality {a.arm}: {shown}; {a.quality.get('label_lag', '')}")
-        for key in ("note", "labels_note", "baseline_note"):
-            if a.quality.get(key):
-                console.show(f"quality {a.arm}: {a.quality[key]}")
+        console.show(escape(f"alarm {a.arm}: {alarm}"))
+    for line in monitoring.quality_lines(a):
+        console.show(escape(line))
     _skipped_and_notes(a.skipped, a.notes)
-
-
-_QUALITY_FIGURES = {
-    "binary": ("auc", "recall", "precision", "log_loss", "labelled_rows", "status"),
-    "multiclass": ("accuracy", "macro_f1", "log_loss", "labelled_rows", "status"),
-    "regression": ("mae", "rmse", "bias", "labelled_rows", "status"),
-}
 
 
 def _skipped_and_notes(skipped: Sequence[Any], notes: Sequence[str]) -> None:
     for s in skipped:
-        console.status(f"[yellow]skipped[/yellow] {s.column}: {s.reason}")
+        console.status(f"[yellow]skipped[/yellow] {escape(s.column)}: {escape(s.reason)}")
     for note in notes:
-        console.status(f"note: {note}")
+        console.status(escape(f"note: {note}"))
 
 
 def skew(
@@ -238,7 +227,7 @@ def analyze(
         )
         class_tables(result, "canary")
         for note in result.notes:
-            console.show(f"note: {note}")
+            console.show(escape(f"note: {note}"))
         paired = "both versions on the same rows" if result.paired else "arms' own rows"
         console.show(
             f"verdict: {result.verdict} ({paired}); recorded in {result.report_path} "

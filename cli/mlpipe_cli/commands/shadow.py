@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.markup import escape
 
 from mlpipe_cli import console
 from mlpipe_cli.console import number
@@ -69,7 +70,7 @@ def _render(name: str, result: ShadowAnalysis) -> None:
     console.show(f"latency ms: {latency or '-'}")
     _top(result)
     for note in result.notes:
-        console.show(f"note: {note}")
+        console.show(escape(f"note: {note}"))
     console.show(
         f"verdict: {result.verdict}; recorded in {result.report_path} and {result.html_path}"
     )

@@ -29,6 +29,7 @@ from mlpipe.monitoring._drift import (
     DriftVerdict,
     arm_title,
     drift,
+    quality_lines,
     thresholds_text,
 )
 from mlpipe.monitoring._screen import SkippedColumn, screen
@@ -74,6 +75,7 @@ __all__ = [
     "parse_duration",
     "parse_reference",
     "post_verdict",
+    "quality_lines",
     "redact_url",
     "screen",
     "size_bucket",

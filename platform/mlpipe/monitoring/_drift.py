@@ -48,6 +48,7 @@ from mlpipe.monitoring._quality import (
     task_quality,
     version_task,
 )
+from mlpipe.monitoring._registered import baseline_words, label_name
 from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
 from mlpipe.monitoring._screen import Screened, SkippedColumn, missing_columns, screen
 from mlpipe.tasks import TaskSpec
@@ -204,7 +205,8 @@ def arm_title(model: str, arm: ArmDrift) -> str:
 
 
 def verdict_banner(model: str, arm: ArmDrift, false_alarm_rate: float) -> list[str]:
-    """What heads the arm's HTML reports: mlpipe's verdict, its alarms and thresholds."""
+    """What heads the arm's HTML reports: mlpipe's verdict, its alarms, its quality (with the
+    baseline it was judged against) and thresholds, in the words stdout prints."""
     return [
         arm_title(model, arm),
         *(f"alarm {arm.arm}: {alarm}" for alarm in arm.alarms),
@@ -213,6 +215,7 @@ def verdict_banner(model: str, arm: ArmDrift, false_alarm_rate: float) -> list[s
             for c in arm.columns
             if c.kind == "missing"
         ),
+        *quality_lines(arm),
         thresholds_text(calibration_statement(false_alarm_rate)),
         "mlpipe's verdict above decides. Evidently's figures below are for reference: its "
         "column tests use mlpipe's calibrated thresholds and say whether a shift is "
@@ -491,8 +494,9 @@ def _add_missing_shares(
 def _judge_quality(
     settings: Settings, model: str, result: ArmDrift, win: _Window
 ) -> dict[str, Any] | None:
-    """mlpipe's quality judgement beside Evidently's classification (or regression) figures
-    (None: no labels)."""
+    """mlpipe's quality judgement beside Evidently's classification (or regression) figures,
+    its report titled with the version's label name, and the baseline it was judged against
+    in words (None: no labels)."""
     rows, spec = win.rows, win.spec
     arrived = rows["outcome"].notna()
     if "outcome_label" in rows:
@@ -500,26 +504,57 @@ def _judge_quality(
     if not arrived.any():
         return None
     widen: frozenset[str] = frozenset()
+    tags: dict[str, str] | None = None
     try:
         registered: dict[str, float] | None = registered_metrics(
             settings, model, result.version, spec.task
         )
         widen = measured_metrics(settings, model, result.version)
+        tags = registry.show(settings, f"{model}/{result.version}").tags
     except MlpipeError:
         registered = None
     least = settings.monitor.canary_min_labels
+    target = label_name(tags)
     if spec.task != "binary":
         figures, labelled = task_quality(rows, win.clusters(), registered, least, spec, widen)
         if labelled is not None:
             figures["evidently"], figures["_snapshot"] = task_quality_report(
-                spec, labelled.output, labelled.y
+                spec, labelled.output, labelled.y, target
             )
-        return figures
-    figures = quality(rows, win.clusters(), registered, least, widen)
-    evidently_figures, snapshot = classification_quality(rows)
-    figures["evidently"] = evidently_figures
-    figures["_snapshot"] = snapshot
+    else:
+        figures = quality(rows, win.clusters(), registered, least, widen)
+        figures["evidently"], figures["_snapshot"] = classification_quality(rows, target)
+    if words := baseline_words(tags, figures.get("metrics", [])):
+        figures["baseline"] = words
     return figures
+
+
+QUALITY_FIGURES = {
+    "binary": ("auc", "recall", "precision", "log_loss", "labelled_rows", "status"),
+    "multiclass": ("accuracy", "macro_f1", "log_loss", "labelled_rows", "status"),
+    "regression": ("mae", "rmse", "bias", "labelled_rows", "status"),
+}
+
+
+def quality_lines(arm: ArmDrift) -> list[str]:
+    """An arm's quality section in words, as stdout and the HTML report both say it: its
+    figures and label lag, then its notes, the baseline it was judged against and what that
+    baseline means for the margins."""
+    q = arm.quality
+    if not q:
+        return []
+    figures = QUALITY_FIGURES[q.get("task", "binary")]
+    shown = ", ".join(f"{k}={_figure(q.get(k))}" for k in figures if k in q)
+    lines = [f"quality {arm.arm}: {shown}; {q.get('label_lag', '')}"]
+    keys = ("note", "labels_note", "baseline", "baseline_note")
+    return lines + [f"quality {arm.arm}: {q[key]}" for key in keys if q.get(key)]
+
+
+def _figure(value: Any) -> str:
+    """A figure as the CLI's tables show it: four significant digits, ``-`` where missing."""
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _arm_verdict(result: ArmDrift, threshold: float) -> DriftOutcome:

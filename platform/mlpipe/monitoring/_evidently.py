@@ -134,31 +134,46 @@ def drift_tests(
     return snapshot, results, skipped
 
 
-def classification_quality(rows: pd.DataFrame) -> tuple[dict[str, Any] | None, Any]:
-    """Classification quality on the rows whose outcome has arrived (Evidently report + figures)."""
+def target_column(label: str, taken: list[str]) -> str:
+    """The outcome column of a quality report, named after the version's ``label`` (which
+    titles Evidently's page) unless another column of the report already has that name."""
+    return label if label not in taken else f"{label} (outcome)"
+
+
+def classification_quality(
+    rows: pd.DataFrame, label: str = "outcome"
+) -> tuple[dict[str, Any] | None, Any]:
+    """Classification quality on the rows whose outcome has arrived (Evidently report + figures),
+    the outcome column named ``label``."""
     labelled = rows[rows["outcome"].notna()]
     if labelled.empty:
         return None, None
+    import pandas as pd
     from evidently import BinaryClassification, DataDefinition, Report
     from evidently.metrics import Accuracy, F1Score, Precision, Recall
 
-    frame = labelled.assign(
-        target=labelled["outcome"].round().astype(int), prediction=labelled["label"].astype(int)
-    )[["target", "prediction"]]
+    target = target_column(label, ["prediction"])
+    frame = pd.DataFrame(
+        {
+            target: labelled["outcome"].round().astype(int).to_numpy(),
+            "prediction": labelled["label"].astype(int).to_numpy(),
+        }
+    )
     definition = DataDefinition(
-        classification=[BinaryClassification(target="target", prediction_labels="prediction")],
-        categorical_columns=["target", "prediction"],
+        classification=[BinaryClassification(target=target, prediction_labels="prediction")],
+        categorical_columns=[target, "prediction"],
     )
     report = Report([Accuracy(), Precision(), Recall(), F1Score()])
     return _figures_of(report, frame, definition)
 
 
 def task_quality(
-    spec: TaskSpec, output: np.ndarray, y: np.ndarray
+    spec: TaskSpec, output: np.ndarray, y: np.ndarray, label: str = "outcome"
 ) -> tuple[dict[str, Any] | None, Any]:
     """Evidently's ClassificationPreset (multiclass: ``output`` the ``[n, K]`` probabilities,
     ``y`` class indices) or RegressionPreset (``output`` the predictions, ``y`` the outcomes)
-    on labelled rows: its figures and its report (None where there are no rows)."""
+    on labelled rows, the outcome column named ``label`` (the page's title says
+    ``Target: 'label'``): its figures and its report (None where there are no rows)."""
     if not len(y):
         return None, None
     import pandas as pd
@@ -167,23 +182,25 @@ def task_quality(
 
     if spec.task == "multiclass":
         names = [str(c) for c in spec.classes]
-        frame = pd.DataFrame(output, columns=names).assign(
-            target=[names[int(i)] for i in y], prediction=[names[i] for i in output.argmax(axis=1)]
-        )
+        target = target_column(label, [*names, "prediction"])
+        frame = pd.DataFrame(output, columns=names)
+        frame[target] = [names[int(i)] for i in y]
+        frame["prediction"] = [names[i] for i in output.argmax(axis=1)]
         definition = DataDefinition(
             classification=[
                 MulticlassClassification(
-                    target="target", prediction_labels="prediction", prediction_probas=names
+                    target=target, prediction_labels="prediction", prediction_probas=names
                 )
             ],
-            categorical_columns=["target", "prediction"],
+            categorical_columns=[target, "prediction"],
         )
         report = Report([ClassificationPreset()])
     else:
-        frame = pd.DataFrame({"target": y, "prediction": output})
+        target = target_column(label, ["prediction"])
+        frame = pd.DataFrame({target: y, "prediction": output})
         definition = DataDefinition(
-            regression=[Regression(target="target", prediction="prediction")],
-            numerical_columns=["target", "prediction"],
+            regression=[Regression(target=target, prediction="prediction")],
+            numerical_columns=[target, "prediction"],
         )
         report = Report([RegressionPreset()])
     return _figures_of(report, frame, definition)

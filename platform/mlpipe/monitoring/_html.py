@@ -39,7 +39,6 @@ _RELABEL = (
     (re.compile(r"Value Drift for column "), "Significant shift in column "),
     (re.compile(r"Share of Drifted Columns"), "Share of significantly shifted columns"),
     (re.compile(r'"Drifted Columns"'), '"Significantly shifted columns"'),
-    (re.compile(r"Target: 'target\\u2019"), "Target: the outcomes loaded"),
 )
 _BANNER_STYLE = (
     "font-family:sans-serif;margin:1em;padding:1em;border:2px solid #333;"
