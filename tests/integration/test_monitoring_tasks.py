@@ -245,7 +245,7 @@ def test_multiclass_drift_compares_predicted_classes_and_judges_quality(
 ) -> None:
     from mlflow import MlflowClient
 
-    # the label column's name, as the version's tag mlpipe.label records it
+    # the label column's name as the version's tag mlpipe.label records it (register wrote "label")
     client = MlflowClient(tracking_uri=stack.registry, registry_uri=stack.registry)
     client.set_model_version_tag("iris", "1", "mlpipe.label", "species")
     _traffic(stack, "iris", {"champion": "1", "canary": "1"}, _iris(800, 20), "clean")
@@ -274,9 +274,6 @@ def test_multiclass_drift_compares_predicted_classes_and_judges_quality(
     assert "Target: 'species" in page and "Target: 'target" not in page  # the label's name
 
 
-@pytest.mark.xfail(
-    strict=True, reason="register does not record the label column's name (mlpipe.label) yet"
-)
 def test_register_records_the_label_column_that_titles_the_quality_page(stack: Any) -> None:
     assert registry.show(stack, "house/1").tags.get("mlpipe.label") == "label"
 

@@ -22,6 +22,7 @@ _INHERITED = (
     _tags.DATA_SHA256,
     _tags.DATASET,
     _tags.FEATURES,
+    _tags.LABEL,
     _tags.FEATURE_SERVICE,
     _tags.FEATURE_SERVICE_SHA256,
     _tags.THRESHOLD,

@@ -167,6 +167,7 @@ def register_model(
     flavor = for_candidate(model)
     spec = _task_for(flavor, model, task)
     tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
+    tags.setdefault(_tags.LABEL, label)  # a derived version keeps its parent's
     tags.update(spec.to_tags())
     if spec.task != "binary":
         tags.pop(_tags.THRESHOLD, None)

@@ -18,6 +18,7 @@ DATA_SHA256 = TAG + "data_sha256"
 DATASET = TAG + "dataset"
 FEATURES = TAG + "features"  # JSON list of the model's input columns, in order
 INPUT_SCHEMA = TAG + "input_schema"  # JSON: each input's kind, dtype, categories (_input_schema)
+LABEL = TAG + "label"  # the dataset column the version was trained to predict
 FEATURE_SERVICE = TAG + "feature_service"
 FEATURE_SERVICE_SHA256 = TAG + "feature_service_sha256"
 THRESHOLD = TAG + "threshold"
