@@ -99,6 +99,7 @@ def test_each_task_registers_its_tags_and_loads_scoring_like_the_model(
         assert set(reference["label"]) <= set(frame["target"])
 
 
+@pytest.mark.formats
 def test_booster_files_register_as_multiclass_and_regression(home: Path, settings: Any) -> None:
     import lightgbm as lgb
     import xgboost as xgb
@@ -133,6 +134,7 @@ def test_booster_files_register_as_multiclass_and_regression(home: Path, setting
     )
 
 
+@pytest.mark.formats
 def test_to_onnx_converts_multiclass_and_regression_versions_carrying_their_task(
     home: Path, settings: Any, cli: Any
 ) -> None:
@@ -205,6 +207,7 @@ def test_a_threshold_for_a_model_that_is_not_binary_is_refused(
     assert registry.list_models(settings) == []
 
 
+@pytest.mark.formats
 def test_an_ambiguous_onnx_graph_needs_task_and_unsupported_models_are_named(
     home: Path, settings: Any
 ) -> None:

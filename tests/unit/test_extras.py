@@ -35,9 +35,6 @@ from tests.conftest import EXTRAS, REPO
 # extra's client for it: tests/integration/prod_services.py, tests/kafka_broker.py.
 SERVICE_MARKERS = {"postgres": "prod", "redis": "prod", "kafka": "prod"}
 # Files left to the engineer who owns them right now; the check skips them until marked.
-UNMARKED_FOR_NOW = {
-    "tests/integration/test_register_tasks.py",  # xgboost and skl2onnx: needs `formats`
-}
 XGBOOST_FILES = [
     "tests/unit/registry/test_flavor_formats.py",
     "tests/unit/registry/test_task_inference.py",
@@ -273,9 +270,7 @@ def _called(call: ast.Call) -> str | None:
 def test_every_test_that_imports_an_extra_is_marked() -> None:
     problems = []
     for path in sorted((REPO / "tests").rglob("test_*.py")):
-        where = str(path.relative_to(REPO))
-        if where not in UNMARKED_FOR_NOW:
-            problems += unmarked(path.read_text(), where)
+        problems += unmarked(path.read_text(), str(path.relative_to(REPO)))
     assert problems == []
 
 
