@@ -34,7 +34,6 @@ from tests.conftest import EXTRAS, REPO
 # Where a module runs on a service its fixtures skip (fail under CI) without the prod
 # extra's client for it: tests/integration/prod_services.py, tests/kafka_broker.py.
 SERVICE_MARKERS = {"postgres": "prod", "redis": "prod", "kafka": "prod"}
-# Files left to the engineer who owns them right now; the check skips them until marked.
 XGBOOST_FILES = [
     "tests/unit/registry/test_flavor_formats.py",
     "tests/unit/registry/test_task_inference.py",
