@@ -42,6 +42,9 @@ from tests.e2e.hostile_requests import ENDPOINTS, defects, hostile_requests, sen
 pytestmark = pytest.mark.e2e
 
 CASES_PER_MODE = 300  # per operation and generation mode (fewer where the space is smaller)
+# ... but infer's: hypothesis takes ~35 ms to make each of its bodies (the tensor schema), and
+# its 1,000 hostile cases (JSON and binary) reach further into the decoder.
+INFER_CASES_PER_MODE = 100
 BUDGET_S = 90.0
 MIN_TOTAL = 500  # cases sent in all: a run past its share goes on while the runs so far are behind
 MIN_SCORED = 40  # valid /predict cases aimed at the model that must be scored
@@ -190,13 +193,16 @@ def _aim_at_the_protocol(case: Any, statuses: Counter[tuple[str, int]], positive
 
 
 def _fuzz(op: Any, mode: Any, check: Callable[[Any, Any], None]) -> None:
-    """Send up to CASES_PER_MODE cases of one operation (no shrinking: a failure is recorded)."""
+    """Send up to CASES_PER_MODE cases of one operation, INFER_CASES_PER_MODE of infer (no
+    shrinking: a failure is recorded)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis.errors import Unsatisfiable
 
+    infer = op.path.endswith("/infer")
+
     @given(case=op.as_strategy(generation_mode=mode))
     @settings(
-        max_examples=CASES_PER_MODE,
+        max_examples=INFER_CASES_PER_MODE if infer else CASES_PER_MODE,
         deadline=None,
         database=None,
         derandomize=True,
