@@ -37,7 +37,8 @@ import pytest
 
 from mlpipe.serving import free_port
 from tests.e2e.conftest import deploy_one
-from tests.e2e.hostile_requests import ENDPOINTS, defects, hostile_requests, send_all
+from tests.e2e.hostile_answers import defects, send_all
+from tests.e2e.hostile_requests import ENDPOINTS, hostile_requests
 
 pytestmark = pytest.mark.e2e
 
@@ -77,7 +78,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
 # requests before it added, ~3 ms an answer on a fresh server, 20-150 ms after the other runs.
 def test_every_endpoint_answers_hostile_requests_well(served: Any) -> None:
     """Each endpoint's own hostile cases: no 5xx, no dropped connection, every answer
-    well-formed (:func:`~tests.e2e.hostile_requests.defects`), the fixed ones (issue 29
+    well-formed (:func:`~tests.e2e.hostile_answers.defects`), the fixed ones (issue 29
     item 3's three among them) answered with their status, and each endpoint reached both
     its answer and its refusals. The server logged no traceback."""
     auth = {"Authorization": f"Bearer {served.key}"}
