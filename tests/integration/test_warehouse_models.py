@@ -20,6 +20,7 @@ from mlpipe.config import Settings
 from mlpipe.predlog import ENCODER, PredictionRecord
 from tests.conftest import run_cli
 from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
+from tests.integration.warehouse_past import unpartition_predictions
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +97,31 @@ def test_a_reused_request_id_is_counted_not_silently_dropped(
     assert [json.loads(f) for (f,) in kept] == [{"amount": 1}]  # the first request keeps it
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.open"])
+def test_a_request_id_reused_on_another_day_is_counted_not_stored_twice(
+    settings: Settings, suffix: str
+) -> None:
+    # On PostgreSQL each day is its own partition of predictions, and its key is per day:
+    # the id's first row, three days back, still holds the key (prediction_keys).
+    day = 86400
+    _write(settings.predlog_path / "w1" / f"seg{suffix}", _orders("fraud"))
+    _write(settings.predlog_path / "w2" / "old.jsonl", [_record("old-1", "fraud", -3 * day)])
+    assert warehouse.sync(settings).rows_loaded == 3 + 1
+    later = [_record("order-1", "fraud", 2 * day), _record("old-1", "fraud", 0)]
+    _write(settings.predlog_path / "w3" / f"later{suffix}", later)
+    result = warehouse.sync(settings)
+    assert (result.rows_loaded, result.reused_ids, result.rows_total) == (0, 2, 4)
+    kept = warehouse.query(
+        settings,
+        "SELECT request_id, features FROM predictions WHERE request_id IN ('order-1', 'old-1') "
+        "ORDER BY 1",
+    ).rows
+    assert [(i, json.loads(f)) for i, f in kept] == [
+        ("old-1", {"amount": -3 * day}),
+        ("order-1", {"amount": 1}),
+    ]
+
+
 @pytest.mark.parametrize("settings", ["duckdb"], indirect=True)
 def test_warehouse_sync_says_how_many_rows_reused_an_id(settings: Settings) -> None:
     env = {"MLPIPE_HOME": str(settings.home), "MLPIPE_WAREHOUSE_URL": settings.warehouse}
@@ -120,6 +146,7 @@ def _back_to_migration_8(settings: Settings) -> None:
     engine = sa.create_engine(settings.warehouse, poolclass=NullPool)
     with engine.begin() as conn:
         if conn.dialect.name != "duckdb":
+            unpartition_predictions(conn)  # migration 11
             conn.exec_driver_sql(
                 "ALTER TABLE predictions DROP CONSTRAINT predictions_pkey, "
                 "ADD PRIMARY KEY (request_id, tenant, arm)"
@@ -141,11 +168,15 @@ def test_a_warehouse_keyed_without_the_model_is_migrated(settings: Settings) -> 
     versions = warehouse.query(settings, "SELECT max(version) FROM schema_migrations").rows
     assert versions == [(_schema.HEAD,)]
     if not settings.warehouse.startswith("duckdb"):
-        key = warehouse.query(
+        keys = warehouse.query(
             settings,
-            "SELECT string_agg(k.column_name, ',' ORDER BY k.ordinal_position) "
+            "SELECT tc.table_name, string_agg(k.column_name, ',' ORDER BY k.ordinal_position) "
             "FROM information_schema.table_constraints tc JOIN information_schema.key_column_usage"
             " k USING (constraint_schema, constraint_name) WHERE tc.constraint_type = "
-            "'PRIMARY KEY' AND tc.table_name = 'predictions'",
+            "'PRIMARY KEY' AND tc.table_name IN ('predictions', 'prediction_keys') "
+            "GROUP BY 1 ORDER BY 1",
         ).rows
-        assert key == [("request_id,tenant,model,arm",)]
+        assert keys == [
+            ("prediction_keys", "request_id,tenant,model,arm"),  # migration 11: across days
+            ("predictions", "request_id,tenant,model,arm,ts"),  # per day partition
+        ]

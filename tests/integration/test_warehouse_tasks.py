@@ -23,6 +23,7 @@ from mlpipe.warehouse import _schema, _sync
 from tests.conftest import run_in_process
 from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
 from tests.integration.test_warehouse_tenants import START, _record, _write
+from tests.integration.warehouse_past import unpartition_predictions
 
 pytestmark = pytest.mark.integration
 
@@ -214,6 +215,8 @@ def _back_to_migration_6(settings: Settings) -> list[tuple[object, ...]]:
 
     engine = sa.create_engine(settings.warehouse, poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
+        if conn.dialect.name != "duckdb":
+            unpartition_predictions(conn)  # migration 11
         for sql in (
             "ALTER TABLE predictions DROP COLUMN probabilities",
             "ALTER TABLE predictions ALTER COLUMN label SET NOT NULL",

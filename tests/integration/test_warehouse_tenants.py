@@ -21,6 +21,7 @@ from mlpipe.errors import InvalidInput
 from mlpipe.predlog import ENCODER, PredictionRecord
 from tests.conftest import run_cli
 from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
+from tests.integration.warehouse_past import unpartition_predictions
 
 pytestmark = pytest.mark.integration
 
@@ -217,6 +218,7 @@ def _back_to_migration_4(settings: Settings) -> None:
             "INSERT INTO outcomes VALUES ('a-2', 1.0, NULL, 'old.csv', TIMESTAMP '2026-01-01')"
         )
         if conn.dialect.name != "duckdb":
+            unpartition_predictions(conn)  # migration 11
             conn.exec_driver_sql(
                 "ALTER TABLE predictions DROP CONSTRAINT predictions_pkey, "
                 "ADD PRIMARY KEY (request_id, arm)"
@@ -244,11 +246,13 @@ def test_a_warehouse_keyed_by_request_id_alone_is_migrated(settings: Settings) -
             "SELECT tc.table_name, string_agg(k.column_name, ',' ORDER BY k.ordinal_position) "
             "FROM information_schema.table_constraints tc JOIN information_schema.key_column_usage"
             " k USING (constraint_schema, constraint_name) WHERE tc.constraint_type = "
-            "'PRIMARY KEY' AND tc.table_name IN ('predictions', 'outcomes') GROUP BY 1 ORDER BY 1",
+            "'PRIMARY KEY' AND tc.table_name IN ('predictions', 'prediction_keys', 'outcomes') "
+            "GROUP BY 1 ORDER BY 1",
         ).rows
         assert keys == [
             ("outcomes", "request_id,tenant"),
-            ("predictions", "request_id,tenant,model,arm"),  # migration 9
+            ("prediction_keys", "request_id,tenant,model,arm"),  # migrations 9 and 11
+            ("predictions", "request_id,tenant,model,arm,ts"),  # day partitions (migration 11)
         ]
     labels = settings.home / "labels.csv"
     labels.write_text("request_id,label\na-2,0\n")

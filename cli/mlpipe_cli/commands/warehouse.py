@@ -1,4 +1,4 @@
-"""``mlpipe warehouse sync | query | reports | prune`` and ``mlpipe outcomes load``."""
+"""``mlpipe warehouse sync | query | reports | prune | status`` and ``mlpipe outcomes load``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from mlpipe_cli import console
 from mlpipe_cli.state import state
 
 if TYPE_CHECKING:
+    from mlpipe import warehouse
     from mlpipe.config import Settings
     from mlpipe.warehouse import PartitionLag
 
@@ -27,6 +28,7 @@ def register(app: typer.Typer) -> None:
     wh.command("query")(query)
     wh.command("reports")(reports)
     wh.command("prune")(prune)
+    wh.command("status")(status)
     app.add_typer(wh, name="warehouse")
     outcomes = typer.Typer(help="Ground-truth labels for logged predictions.", no_args_is_help=True)
     outcomes.command("load")(load)
@@ -114,10 +116,49 @@ def prune(as_json: bool = _JSON) -> None:
     if as_json:
         console.print_json({**asdict(pruned), "rows": pruned.rows})
         return
+    dropped = f" ({pruned.partitions} day partition(s) dropped)" if pruned.partitions else ""
     console.status(
-        f"pruned {pruned.predictions} prediction(s), {pruned.outcomes} outcome(s), "
+        f"pruned {pruned.predictions} prediction(s){dropped}, {pruned.outcomes} outcome(s), "
         f"{pruned.quarantine} quarantined line(s)"
     )
+
+
+def status(as_json: bool = _JSON) -> None:
+    """What the warehouse holds: rows, day partitions (PostgreSQL), retention and what it
+    removed."""
+    from dataclasses import asdict
+
+    from mlpipe import warehouse
+
+    found = warehouse.status(state.settings(), notify=console.status)
+    if as_json:
+        console.print_json(
+            {**asdict(found), "prunes": [{**asdict(m), "note": m.note} for m in found.prunes]}
+        )
+        return
+    console.show(console.table(None, ["", "state"], _status_rows(found)))
+
+
+def _status_rows(found: warehouse.WarehouseStatus) -> list[list[Any]]:
+    rows: list[list[Any]] = [["warehouse", f"{found.backend} (schema {found.schema_version})"]]
+    rows += [[table, f"{n} row(s)"] for table, n in found.rows.items()]
+    days = found.partition_days
+    if found.default_partition_rows is not None:
+        span = f", {days[0]} to {days[-1]}" if days else ""
+        rows.append(
+            [
+                "partitions",
+                f"{len(days)} day partition(s) of predictions{span}; "
+                f"{found.default_partition_rows} row(s) in the default partition",
+            ]
+        )
+    default = f"{found.retention_days} day(s)" if found.retention_days else "forever"
+    own = "".join(f"; {t} {d} day(s)" for t, d in found.tenant_retention.items())
+    rows.append(["retention", f"{default}{own}"])
+    for mark in found.prunes:
+        last = f"the last prune ({mark.pruned_at:%Y-%m-%d %H:%M}) removed {mark.rows}"
+        rows.append(["pruned", f"{mark.note}; {last}, {mark.rows_total} in all"])
+    return rows
 
 
 def _lag_line(lags: list[PartitionLag]) -> str:

@@ -22,13 +22,17 @@ from mlpipe.warehouse._release import LogUsage, log_usage
 from mlpipe.warehouse._reports import ReportEntry, list_reports, record_reports
 from mlpipe.warehouse._retention import (
     Pruned,
+    PruneMark,
     check_retention_days,
+    latest_prune_cutoff,
     prune,
+    prune_marks,
     set_tenant_retention,
     tenant_retention,
 )
 from mlpipe.warehouse._schema import metadata
 from mlpipe.warehouse._segments import SkippedLine, parse_segment
+from mlpipe.warehouse._status import WarehouseStatus, status
 from mlpipe.warehouse._sync import SyncResult, sync
 from mlpipe.warehouse._tenant_data import (
     AuditEntry,
@@ -51,16 +55,19 @@ __all__ = [
     "OutcomesResult",
     "PartitionLag",
     "PredictionWindow",
+    "PruneMark",
     "Pruned",
     "PurgeResult",
     "QueryResult",
     "ReportEntry",
     "SkippedLine",
     "SyncResult",
+    "WarehouseStatus",
     "arm_figures",
     "check_retention_days",
     "export_tenant",
     "follow",
+    "latest_prune_cutoff",
     "list_reports",
     "load_outcomes",
     "log_usage",
@@ -69,11 +76,13 @@ __all__ = [
     "parse_segment",
     "prediction_window",
     "prune",
+    "prune_marks",
     "purge_tenant",
     "query",
     "read",
     "record_reports",
     "set_tenant_retention",
+    "status",
     "sync",
     "tenant_audit",
     "tenant_retention",

@@ -16,6 +16,8 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateColumn
 
+from mlpipe.warehouse._partitions import partition_predictions
+
 metadata = sa.MetaData()
 
 schema_migrations = sa.Table(
@@ -52,7 +54,9 @@ def _predictions(meta: sa.MetaData, name: str = "predictions") -> sa.Table:
     the client got, hence the arm in the key. ``request_id`` leads the key so
     that a lookup by id alone (``outcomes load`` without a tenant) uses its
     index on PostgreSQL. On DuckDB the key is kept by the loader, not by a
-    primary-key index (migration 4, :func:`_drop_predictions_key`).
+    primary-key index (migration 4, :func:`_drop_predictions_key`). On
+    PostgreSQL the table is partitioned by day (migration 11): its own key gains
+    ``ts`` and the key above is kept in ``prediction_keys`` (``_partitions``).
     """
     return sa.Table(
         name,
@@ -485,6 +489,43 @@ tenant_retention = sa.Table(
 MIGRATIONS.append(
     (10, "tenant_audit, tenant_retention (data lifecycle)", _create(tenant_audit, tenant_retention))
 )
+
+# PostgreSQL only (migration 11): the key of each stored prediction, one row each, unpartitioned,
+# since ``predictions`` is partitioned by day there and its own key must hold ``ts``
+# (warehouse/_partitions.py). The loader claims a key here before it stores the row.
+prediction_keys = sa.Table(
+    "prediction_keys",
+    metadata,
+    sa.Column("request_id", sa.String, primary_key=True),
+    sa.Column("tenant", sa.String, primary_key=True),
+    sa.Column("model", sa.String, primary_key=True),
+    sa.Column("arm", sa.String, primary_key=True),
+    sa.Column("ts", sa.DateTime, nullable=False, index=True),  # the stored row's
+)
+
+MIGRATIONS.append(
+    (
+        11,
+        "predictions partitioned by day, keyed in prediction_keys (PostgreSQL)",
+        partition_predictions,
+    )
+)
+
+# What retention last removed, one row per retention in force (migration 12): ``tenant`` is
+# "" for the default (settings.warehouse_retention_days), else the tenant's own. Rows older
+# than ``cutoff`` are gone for those tenants; reports over older windows say so.
+retention_prunes = sa.Table(
+    "retention_prunes",
+    metadata,
+    sa.Column("tenant", sa.String, primary_key=True),
+    sa.Column("days", sa.Integer, nullable=False),
+    sa.Column("cutoff", sa.DateTime, nullable=False),  # UTC, naive
+    sa.Column("pruned_at", sa.DateTime, nullable=False),
+    sa.Column("rows", sa.BigInteger, nullable=False),  # predictions + outcomes, the last prune
+    sa.Column("rows_total", sa.BigInteger, nullable=False),  # since the first prune
+)
+
+MIGRATIONS.append((12, "retention_prunes (what retention removed)", _create(retention_prunes)))
 HEAD = MIGRATIONS[-1][0]
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from mlpipe.warehouse import _engine, _lifecycle, _mirror, _schema
+from mlpipe.warehouse import _engine, _lifecycle, _mirror, _partitions, _schema
 from mlpipe.warehouse._kafka import PartitionLag, load_topic
 from mlpipe.warehouse._segments import (
     COLUMNS,
@@ -89,7 +89,8 @@ _SAME_KEY = (
     "p.request_id = i.request_id AND p.tenant = i.tenant AND p.model = i.model AND p.arm = i.arm"
 )
 _KNOWN = f"SELECT 1 FROM predictions p WHERE {_SAME_KEY}"
-_KEY = "(request_id, tenant, model, arm)"
+_KEY_COLUMNS = "request_id, tenant, model, arm"
+_KEY = f"({_KEY_COLUMNS})"
 # A row whose key the table holds for a request logged at another time (more than 1 ms
 # apart: a replayed row read by the other loader may differ by a microsecond of rounding).
 _REUSED_US = 1000
@@ -142,11 +143,16 @@ def _insert_generic(conn: Connection, table: pa.Table) -> int:
 
 
 def _insert_postgres(conn: Connection, table: pa.Table) -> int:
-    """COPY the rows (as CSV, written by Arrow) into a temporary table, then insert the keys
-    ``predictions`` lacks in one statement: ~20 × executemany's rate (``bench.kafka``).
+    """COPY the rows (as CSV, written by Arrow) into a temporary table, create the day
+    partitions they need, then store the rows whose key is new in one statement: ~20 ×
+    executemany's rate (``bench.kafka``). Returns the rows inserted.
 
-    ``ON CONFLICT DO NOTHING`` keeps the first row of a key the batch repeats, as
-    on DuckDB, and a key already loaded. Returns the rows inserted.
+    ``predictions`` is partitioned by day, so its own key holds ``ts`` and cannot
+    see a request id stored on another day: each row first claims its key in
+    ``prediction_keys`` (``ON CONFLICT DO NOTHING``: a key already stored, or
+    claimed by a loader running at the same time, is not), and only the rows
+    whose key holds their own ``ts`` are stored. Of a key the batch repeats, the
+    first row counts, as on DuckDB.
     """
     import io
 
@@ -159,18 +165,43 @@ def _insert_postgres(conn: Connection, table: pa.Table) -> int:
     assert raw is not None, "the connection is closed"
     with raw.cursor() as cur:
         cur.execute(
-            "CREATE TEMPORARY TABLE _mlpipe_incoming (LIKE predictions INCLUDING DEFAULTS) "
-            "ON COMMIT DROP"
+            "CREATE TEMPORARY TABLE _mlpipe_incoming (LIKE predictions INCLUDING DEFAULTS, "
+            "_n BIGINT GENERATED ALWAYS AS IDENTITY) ON COMMIT DROP"
         )
         with cur.copy(f"COPY _mlpipe_incoming ({cols}) FROM STDIN (FORMAT csv)") as copy:
             copy.write(data.getvalue())
-        cur.execute(
-            f"INSERT INTO predictions ({cols}) SELECT {cols} FROM _mlpipe_incoming "
-            "ON CONFLICT DO NOTHING"
-        )
+    _partitions.ensure_days(conn, _partitions.days_of(conn, "_mlpipe_incoming"))
+    with raw.cursor() as cur:
+        cur.execute(_CLAIM)
+        # Every key new (the usual batch): every row goes in, no lookup per row (~1.5 × as
+        # fast as joining the keys claimed back to the rows).
+        cur.execute(_INSERT_ALL if cur.rowcount == table.num_rows else _INSERT_CLAIMED)
         inserted = cur.rowcount
         cur.execute("DROP TABLE _mlpipe_incoming")
     return max(0, inserted)
+
+
+# Each row's key claimed in ``prediction_keys`` where it lacks it: of a key the batch holds
+# twice, the first row's (a temporary table is scanned in the order it was written, and
+# ``ORDER BY _n`` says so).
+_CLAIM = f"""
+INSERT INTO prediction_keys ({_KEY_COLUMNS}, ts)
+SELECT {_KEY_COLUMNS}, ts FROM _mlpipe_incoming ORDER BY _n ON CONFLICT DO NOTHING
+"""
+_ROWS = f"""
+INSERT INTO predictions ({", ".join(COLUMNS)}) SELECT {", ".join(COLUMNS)} FROM _mlpipe_incoming
+"""
+# ``ON CONFLICT``: never an error for a row ``predictions`` holds already (its key gone
+# missing: a drop of its day that did not get its lock deletes the day's keys first).
+_INSERT_ALL = f"{_ROWS} ON CONFLICT DO NOTHING"
+# When not every row claimed its key: the rows whose key holds their own ``ts`` (a row
+# loaded before, a replay, conflicts and adds nothing; nor a repeat in the batch).
+_INSERT_CLAIMED = f"""{_ROWS}
+WHERE EXISTS (SELECT 1 FROM prediction_keys k WHERE k.request_id = _mlpipe_incoming.request_id
+    AND k.tenant = _mlpipe_incoming.tenant AND k.model = _mlpipe_incoming.model
+    AND k.arm = _mlpipe_incoming.arm AND k.ts = _mlpipe_incoming.ts)
+ON CONFLICT DO NOTHING
+"""
 
 
 def _key_of(row: dict[str, object]) -> tuple[str, ...]:
@@ -205,6 +236,8 @@ def _reused_ids(conn: Connection, table: pa.Table) -> int:
         finally:
             raw.unregister("_mlpipe_reused")
         return int(found[0][0])
+    if conn.dialect.name == "postgresql":
+        return _reused_postgres(conn, table)
     incoming = [(_key_of(r), r["ts"]) for r in table.to_pylist()]
     held = dict(_loaded_keys(conn, list({key for key, _ in incoming})))
     return sum(
@@ -212,6 +245,35 @@ def _reused_ids(conn: Connection, table: pa.Table) -> int:
         for key, ts in incoming
         if key in held and abs((held[key] - ts).total_seconds()) * 1e6 > _REUSED_US
     )
+
+
+def _reused_postgres(conn: Connection, table: pa.Table) -> int:
+    """:func:`_reused_ids` on PostgreSQL: the rows' keys COPYed into a temporary table and
+    counted against ``prediction_keys`` in one statement (a replayed segment of 100k rows:
+    ~28 s looked up a thousand keys at a time, under a second so)."""
+    import io
+
+    import pyarrow.csv as pacsv
+
+    columns = [*_schema.PREDICTION_KEY, "ts"]
+    data = io.BytesIO()
+    pacsv.write_csv(table.select(columns), data, pacsv.WriteOptions(include_header=False))
+    raw = conn.connection.driver_connection
+    assert raw is not None, "the connection is closed"
+    with raw.cursor() as cur:
+        cur.execute(
+            "CREATE TEMPORARY TABLE _mlpipe_reused ON COMMIT DROP AS "
+            f"SELECT {_KEY_COLUMNS}, ts FROM prediction_keys WITH NO DATA"
+        )
+        with cur.copy(f"COPY _mlpipe_reused ({_KEY_COLUMNS}, ts) FROM STDIN (FORMAT csv)") as copy:
+            copy.write(data.getvalue())
+        cur.execute(
+            f"SELECT count(*) FROM _mlpipe_reused i JOIN prediction_keys p USING {_KEY} "
+            f"WHERE abs(extract(epoch FROM p.ts - i.ts)) * 1e6 > {_REUSED_US}"
+        )
+        found = cur.fetchone()
+        cur.execute("DROP TABLE _mlpipe_reused")
+    return int(found[0]) if found else 0
 
 
 def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datetime) -> bool:
