@@ -135,6 +135,26 @@ def test_a_request_refused_before_its_body_closes_its_connection(served: Any, ca
     assert b"connection: close" in answer.lower(), answer[:300]
 
 
+@pytest.mark.parametrize("case", ["401", "413", "415"])
+def test_a_refused_connection_lingers_reading_the_body_still_coming(served: Any, case: str) -> None:
+    """The refusal comes with a FIN and the body the client goes on sending is read and
+    dropped, not answered with a reset (which can take the refusal with it, RFC 9112
+    section 9.6); the connection still closes within the head timeout."""
+    key = None if case == "401" else served.small
+    content_type = "text/plain" if case == "415" else "application/json"
+    with _connect(served.port) as sock:
+        sock.sendall(_post_head(key, 1_000_000, content_type))
+        answer = _head_of_answer(sock)
+        assert answer.startswith(f"HTTP/1.1 {case} ".encode()), answer[:200]
+        try:
+            for _ in range(4):  # after a plain close the first piece drew a reset, the next failed
+                sock.sendall(b" " * 65_536)
+                time.sleep(0.05)
+        except OSError as exc:
+            pytest.fail(f"{case}: the body after the refusal was answered with a reset: {exc!r}")
+        assert _closed_within(sock, HEAD_TIMEOUT_S + 2), f"{case}: the connection stayed open"
+
+
 def test_a_request_answered_whole_keeps_its_connection(served: Any) -> None:
     """The close is for refusals that left a body unread, not for served requests."""
     with httpx.Client(base_url=served.url, headers={"X-API-Key": served.small}) as client:
