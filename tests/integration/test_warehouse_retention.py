@@ -362,3 +362,28 @@ def test_cli_prune_and_status_say_what_retention_removed(settings: Settings, mon
     mark = warehouse.latest_prune_cutoff(settings)
     assert mark is not None and mark.covers(_now() - timedelta(days=31))
     assert not mark.covers(_now() - timedelta(days=29))
+
+    # the report index says which reports cover a window whose rows were pruned since
+    warehouse.record_reports(
+        settings,
+        [
+            warehouse.ReportEntry(
+                f"r{age}",
+                "drift",
+                "fraud",
+                None,
+                "1",
+                _now() - timedelta(days=age),
+                _now(),
+                _now(),
+                "pass",
+                None,
+                {},
+            )
+            for age in (45, 7)
+        ],
+    )
+    code, out, err = run_in_process(monkeypatch, capsys, "warehouse", "reports", "--json")
+    assert {e["id"]: e["rows_pruned"] for e in json.loads(out)} == {"r45": True, "r7": False}
+    code, out, err = run_in_process(monkeypatch, capsys, "warehouse", "reports")
+    assert code == 0 and "1 of these report(s) cover a window from before the cutoff: rows " in err

@@ -249,9 +249,15 @@ def reports(
 
     from mlpipe import warehouse
 
-    entries = warehouse.list_reports(state.settings(), model=name, kind=kind, limit=limit)
+    settings = state.settings()
+    entries = warehouse.list_reports(settings, model=name, kind=kind, limit=limit)
+    mark = warehouse.latest_prune_cutoff(settings)
+    # a report over a window that reaches back past the cutoff: some of its rows are gone
+    pruned = [bool(mark and e.window_start and mark.covers(e.window_start)) for e in entries]
     if as_json:
-        console.print_json([asdict(e) for e in entries])
+        console.print_json(
+            [{**asdict(e), "rows_pruned": p} for e, p in zip(entries, pruned, strict=True)]
+        )
         return
     rows = [
         [f"{e.created_at:%Y-%m-%d %H:%M:%S}", e.kind, e.model, e.arm, e.version, e.verdict, e.path]
@@ -260,6 +266,11 @@ def reports(
     console.show(
         console.table(None, ["created", "kind", "model", "arm", "version", "verdict", "path"], rows)
     )
+    if mark and any(pruned):
+        console.status(
+            f"{sum(pruned)} of these report(s) cover a window from before the cutoff: "
+            f"{mark.note}; each report keeps the figures it was made with"
+        )
 
 
 def load(
