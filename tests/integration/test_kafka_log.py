@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -233,6 +234,33 @@ def test_a_record_that_starts_like_json_is_quarantined_and_the_batch_loaded(
     assert sorted(r[0] for r in _rows(settings)) == ["r0", "r1", "r3"]
     assert [(s.segment, s.line) for s in result.skipped] == [(f"kafka:{topic}/0", 2)]
     assert result.rows_loaded == 3 and [p.lag for p in result.kafka_lag] == [0]
+
+
+def test_a_batch_whose_partition_moved_is_rolled_back_and_read_again(
+    broker: Broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The compare-and-swap of the second batch fails as if another consumer had moved the
+    # partition: that batch is rolled back, the batch read ahead meanwhile dropped, and the
+    # sync reads on from the warehouse's positions.
+    from mlpipe.warehouse import _kafka
+
+    topic = _topic()
+    broker.create_topic(topic, partitions=1)
+    settings = _settings(tmp_path, broker, topic, kafka_sync_batch=50)
+    KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0).append([_record(i) for i in range(300)])
+    advance, calls = _kafka._advance, [0]
+
+    def moved_once(*args: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise _kafka.PositionMoved("partition 0 was loaded by another consumer")
+        advance(*args)
+
+    monkeypatch.setattr(_kafka, "_advance", moved_once)
+    result = warehouse.sync(settings)
+    assert calls[0] == 7  # six batches, the second twice
+    assert result.rows_loaded == 300 and len(_rows(settings)) == 300
+    assert [p.lag for p in result.kafka_lag] == [0]
 
 
 def test_records_read_again_add_nothing_and_count_as_duplicates(
