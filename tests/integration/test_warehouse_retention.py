@@ -22,9 +22,11 @@ import sqlalchemy as sa
 
 from mlpipe import security, warehouse
 from mlpipe.config import Settings
+from mlpipe.monitoring._reports import pruned_notes
 from mlpipe.predlog import ENCODER, PredictionRecord
 from mlpipe.warehouse import _engine, _schema
 from mlpipe.warehouse._retention import _now, prune_rows
+from mlpipe.windows import Window
 from tests.conftest import run_in_process
 from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
 
@@ -112,6 +114,14 @@ def test_prune_by_tenant_retention_in_chunks(settings: Settings):
     latest = warehouse.latest_prune_cutoff(settings)  # the shortest retention's
     assert latest is not None and (latest.tenant, latest.days) == ("acme", 5)
     assert latest.note.startswith("tenant acme's rows before ")
+    # a monitor's window that reaches back past a cutoff says so, one note per retention
+    week, month = (Window(_now() - timedelta(days=d), _now()) for d in (7, 31))
+    assert pruned_notes(settings, Window(_now() - timedelta(days=2), _now())) == []
+    assert pruned_notes(settings, week) == [latest.note]
+    assert [n.split(" before ")[0] for n in pruned_notes(settings, month)] == [
+        "rows",
+        "tenant acme's rows",
+    ]
 
     warehouse.set_tenant_retention(settings, "globex", 0)  # back to the default
     assert warehouse.tenant_retention(settings) == {"acme": 5}

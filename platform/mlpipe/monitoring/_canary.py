@@ -49,7 +49,12 @@ from mlpipe.monitoring import _class_tables as ct
 from mlpipe.monitoring import _paired
 from mlpipe.monitoring._model_checks import CanaryCheck, Pairing, label_checks, score_check
 from mlpipe.monitoring._quality import version_task
-from mlpipe.monitoring._reports import publish_versus_champion, read_logged, with_entity_keys
+from mlpipe.monitoring._reports import (
+    pruned_notes,
+    publish_versus_champion,
+    read_logged,
+    with_entity_keys,
+)
 from mlpipe.tasks import TaskSpec
 from mlpipe.windows import window_ending
 
@@ -351,7 +356,7 @@ def analyze(
     champion_task = version_task(settings, model, champion.version) if champion.version else task
     _add_class_tables(result, (champion, canary), pairing, task, champion_task)
     versions = {"champion": champion.version, "canary": canary.version}
-    result.notes += left_out(logged.rows, versions)
+    result.notes += left_out(logged.rows, versions) + pruned_notes(settings, current)
     publish_versus_champion(
         settings, "canary", current, model, result.canary_version, result, notify
     )

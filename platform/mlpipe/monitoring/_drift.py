@@ -49,7 +49,7 @@ from mlpipe.monitoring._quality import (
     version_task,
 )
 from mlpipe.monitoring._registered import baseline_words, label_name
-from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
+from mlpipe.monitoring._reports import Finding, new_report, pruned_notes, publish, read_logged
 from mlpipe.monitoring._screen import Screened, SkippedColumn, missing_columns, screen
 from mlpipe.tasks import TaskSpec
 from mlpipe.windows import ReferenceSpec, Window, parse_reference, window_ending
@@ -783,6 +783,8 @@ def drift(
         _arm_drift(settings, model, logged, group, against, report.folder, false_alarm_rate)
         for group in _version_groups(logged.rows, names, version)
     ]
+    for arm_drift in arms:
+        arm_drift.notes.extend(pruned_notes(settings, current))
     verdicts = {a.verdict for a in arms}
     overall = next(v for v in _PRECEDENCE if v in verdicts or v == "no_data")
     result = DriftVerdict(

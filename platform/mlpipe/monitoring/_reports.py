@@ -76,6 +76,13 @@ def read_logged(
     return logged
 
 
+def pruned_notes(settings: Settings, window: Window) -> list[str]:
+    """What retention removed from ``window``: a note per retention whose last prune cut
+    rows older than where the window starts (``rows before 2026-01-02 10:00 UTC pruned
+    (retention 30 day(s))``), so a figure over what is left is not taken for the whole."""
+    return [m.note for m in warehouse.prune_marks(settings) if m.covers(window.start)]
+
+
 def with_entity_keys(logged: warehouse.PredictionWindow) -> Any:
     """The window's rows with each row's logged entity key (bounds are clustered by entity);
     ``logged`` is read ``with_entities``."""

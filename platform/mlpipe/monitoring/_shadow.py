@@ -40,7 +40,12 @@ from mlpipe.monitoring import _task_metrics as tm
 from mlpipe.monitoring._canary import EXIT_CODES, CanaryOutcome
 from mlpipe.monitoring._model_checks import CanaryCheck, Pairing, label_checks, score_check
 from mlpipe.monitoring._quality import version_task
-from mlpipe.monitoring._reports import publish_versus_champion, read_logged, with_entity_keys
+from mlpipe.monitoring._reports import (
+    pruned_notes,
+    publish_versus_champion,
+    read_logged,
+    with_entity_keys,
+)
 from mlpipe.tasks import ClassLabel, TaskSpec
 from mlpipe.windows import window_ending
 
@@ -343,7 +348,8 @@ def analyze_shadow(
         _disagreements(paired, top, task), task=task.describe(),
         labelled_requests=_labelled(paired, task) if len(paired) else 0,
         class_agreement=per_class, confusion=confusion,
-        probability_delta=_class_deltas(paired, task), notes=left_out,
+        probability_delta=_class_deltas(paired, task),
+        notes=left_out + pruned_notes(settings, current),
     )  # fmt: skip
     publish_versus_champion(
         settings, "shadow", current, model, result.shadow_version, result, notify

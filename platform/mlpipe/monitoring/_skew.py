@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from mlpipe import features, registry, warehouse
 from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput
-from mlpipe.monitoring._reports import Finding, new_report, publish, read_logged
+from mlpipe.monitoring._reports import Finding, new_report, pruned_notes, publish, read_logged
 from mlpipe.monitoring._screen import SkippedColumn
 from mlpipe.windows import Window, window_ending
 
@@ -334,6 +334,7 @@ def skew(
     if (~ok).any():
         result.notes.append(f"{int((~ok).sum())} error row(s) left out: no features were served")
     _compare_versions(settings, win, ok, version, result)
+    result.notes += pruned_notes(settings, current)
     verdicts = {v.verdict for v in result.versions}
     result.verdict = next((v for v in ("skew", "ok") if v in verdicts), "no_data")
     _publish(settings, result, current, notify)
