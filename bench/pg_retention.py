@@ -56,7 +56,6 @@ def run_once(rows: int, days: int) -> str:
 
     from mlpipe import warehouse
     from mlpipe.config import Settings
-    from mlpipe.warehouse import _engine
 
     name = f"bench_retention_{uuid.uuid4().hex[:8]}"
     url = make_url(ADMIN_URL)
@@ -101,9 +100,7 @@ def run_once(rows: int, days: int) -> str:
             f"after VACUUM {vacuumed_mb:.0f} MB; the {rows} rows again {replay_s:.2f}s "
             f"(loaded {again.rows_loaded}, the rest replays)"
         )
-    finally:
-        for engine in _engine._engines.values():
-            engine.dispose()
+    finally:  # the warehouse's engines pool nothing (NullPool): no connection is left open
         db.close()
         with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
