@@ -15,6 +15,12 @@ ports, a fresh data directory) and measures three things:
    ``warehouse sync`` into a fresh DuckDB file and a fresh PostgreSQL database
    (when one answers at ``MLPIPE_TEST_PG``); rows/s.
 
+The broker runs on the same cores as the servers and the load generator, with
+the test broker's JVM flags (C1 only, quick to start); ``--broker-jit`` gives it
+the full JIT (warm it with ``--warmup``), ``--broker-cpus`` pins it (``taskset``),
+e.g. ``taskset -c 0 python -m bench.kafka --broker-cpus 1`` for servers on one
+core and the broker on the other. Each serving round reports the broker's CPU.
+
 Writes ``bench/results/kafka-latest.json`` and ``kafka-latest.md``; asserts no
 timing. The figures recorded in docs/decisions/034-predlog-on-kafka.md came
 from ``python -m bench.kafka`` on the 2-core development machine.
@@ -57,19 +63,27 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--home", type=Path, default=RESULTS / "home")
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--skip", default="", help="comma-separated: serving, latency, consumer")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds of load per variant first")
+    p.add_argument("--broker-jit", action="store_true", help="the broker's JVM with the full JIT")
+    p.add_argument("--broker-cpus", default="", help="pin the broker to these CPUs (taskset -c)")
     return p.parse_args(argv)
 
 
 @contextlib.contextmanager
-def broker() -> Iterator[str]:
+def broker(jit: bool = False, cpus: str = "") -> Iterator[str]:
     """A broker for the run; yields its bootstrap address and stops it on exit."""
+    env = {**os.environ, **({"KAFKA_JVM_OPTS": "-XX:+UseSerialGC"} if jit else {})}
     with tempfile.TemporaryDirectory(prefix="mlpipe-bench-kafka-") as tmp:
         port, controller = free_port(), free_port()
         subprocess.run(
             ["bash", str(BROKER), "start", tmp, str(port), str(controller)],
             check=True,
             stdout=sys.stderr,
+            env=env,
         )
+        if cpus:  # every thread of the JVM
+            pid = (Path(tmp) / "pid").read_text().strip()
+            subprocess.run(["taskset", "-a", "-p", "-c", cpus, pid], check=True, stdout=sys.stderr)
         try:
             yield f"127.0.0.1:{port}"
         finally:
@@ -91,6 +105,7 @@ def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
         [
             *("--variants", f"default,{kafka}"),
             *("--rounds", str(args.rounds), "--duration", str(args.duration)),
+            *("--warmup", str(args.warmup)),
             *("--concurrency", str(args.concurrency), "--open", ""),
             *("--home", str(args.home), "--out", str(args.out)),
         ]
@@ -101,6 +116,9 @@ def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
         by["files" if row["label"] == "default" else "kafka"].append(row)
     ratios = [k["rps"] / f["rps"] for f, k in zip(by["files"], by["kafka"], strict=True)]
     return {
+        "broker": {"jit": "full" if args.broker_jit else "C1", "cpus": args.broker_cpus or "all"},
+        "files_broker_cpu_ms": [_java_ms(r) for r in by["files"]],
+        "kafka_broker_cpu_ms": [_java_ms(r) for r in by["kafka"]],
         "files_rps": [round(r["rps"]) for r in by["files"]],
         "kafka_rps": [round(r["rps"]) for r in by["kafka"]],
         "files_p99_ms": [r["p99_ms"] for r in by["files"]],
@@ -110,14 +128,30 @@ def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     }
 
 
+def _java_ms(row: dict[str, Any]) -> int:
+    """The broker's CPU during a round (ms): the ``java`` entry of bench.ab's noise column."""
+    for entry in str(row.get("other_top", "")).split(", "):
+        name, _, ms = entry.rpartition(" ")
+        if name == "java" and ms.isdigit():
+            return int(ms)
+    return 0
+
+
 def latency(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     """Answer → row in the warehouse, with ``sync --follow`` running."""
     import httpx
     import sqlalchemy as sa
 
     topic = f"bench-e2e-{uuid.uuid4().hex[:6]}"
-    store = Path(tempfile.mkdtemp(prefix="mlpipe-bench-wh-")) / "warehouse.duckdb"
-    env = {**_kafka_env(bootstrap, topic), "MLPIPE_WAREHOUSE_URL": f"duckdb:///{store}"}
+    scratch = Path(tempfile.mkdtemp(prefix="mlpipe-bench-wh-"))
+    store = scratch / "warehouse.duckdb"
+    env = {
+        **_kafka_env(bootstrap, topic),
+        "MLPIPE_WAREHOUSE_URL": f"duckdb:///{store}",
+        # an empty segment directory: `sync --follow` first loads the segments it finds,
+        # and the serving rounds' file variant leaves hundreds of MB in the stack's
+        "MLPIPE_PREDLOG_DIR": str(scratch / "predlog"),
+    }
     port = free_port()
     spec = servers.mlpipe_spec(args.stack, port, env, label="kafka-e2e")
     answered: dict[str, float] = {}
@@ -285,6 +319,9 @@ def table(results: dict[str, Any]) -> str:
             f"| serving c={s['concurrency']}, Kafka: req/s per round | {s['kafka_rps']} |",
             f"| p99 ms files / Kafka | {s['files_p99_ms']} / {s['kafka_p99_ms']} |",
             f"| Kafka / files, paired median (range) | {s['ratio_median']} ({s['ratio_range']}) |",
+            f"| broker CPU per round, ms (files / Kafka rounds; JIT {s['broker']['jit']}, "
+            f"CPUs {s['broker']['cpus']}) | {s['files_broker_cpu_ms']} / "
+            f"{s['kafka_broker_cpu_ms']} |",
         ]
     e = results.get("latency")
     if e:
@@ -310,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     servers.install_signal_handlers()
     args.stack = ensure_home(args.home)  # the demo home the servers run on
     results: dict[str, Any] = {}
-    with broker() as bootstrap:
+    with broker(args.broker_jit, args.broker_cpus) as bootstrap:
         if "serving" not in skip:
             results["serving"] = {**serving(args, bootstrap), "concurrency": args.concurrency}
         if "latency" not in skip:
