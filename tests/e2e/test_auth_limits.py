@@ -154,10 +154,9 @@ def _logged(settings: Any, request_ids: set[str]) -> set[str]:
 
 
 def test_tenant_over_its_limit_gets_429_and_the_other_does_not(secure: Any) -> None:
-    # Warm first: into a cold server, the flood's first 429s reached the client as a reset
-    # connection (httpx.ReadError) in 3 of 4 runs without this (not yet understood).
-    warm = asyncio.run(_run(secure.url, [(secure.beta, f"beta-warm-{i}") for i in range(100)], 8))
-    assert [s for s, _ in warm] == [200] * len(warm)
+    # Into a cold server (no warm-up): a 429 is answered before its body is read and the
+    # connection closes after it; without `Connection: close` on the 429 a client sent its
+    # next request into the closing connection and got httpx.ReadError (3 runs in 4).
     jobs = []
     for i in range(300):
         jobs.append((secure.alpha, f"alpha-{i}"))

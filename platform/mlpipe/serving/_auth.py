@@ -81,7 +81,8 @@ class AuthGateway:
         d = self.directory
         required = self.mode == "on" or (self.mode == "auto" and d is not None and d.any_tenants)
         if self.mode != "off" and (d is None or not d.loaded):
-            await _reply(scope, send, 503, {"error": "tenants unavailable", "status": 503})
+            body = {"error": "tenants unavailable", "status": 503}
+            await _reply(scope, send, 503, body, [CONNECTION_CLOSE])
             return
         if not required:
             await self._pass(scope, receive, send, DEFAULT_TENANT)
@@ -102,7 +103,10 @@ class AuthGateway:
                 f"({tenant.rate:g}/s, burst {tenant.burst}); retry after {seconds}s",
                 "status": 429,
             }
-            await _reply(scope, send, 429, body, [(b"retry-after", str(seconds).encode())])
+            # Answered before its body was read: the connection closes after it (HeadGuard), so
+            # say so, or a client sends its next request into the closing connection.
+            extra = [(b"retry-after", str(seconds).encode()), CONNECTION_CLOSE]
+            await _reply(scope, send, 429, body, extra)
             return
         self.metrics.tenant_requests.labels(tenant.name, "allowed").inc()
         charge = functools.partial(self.limiter.take, tenant.name, tenant.rate, tenant.burst)
