@@ -83,7 +83,9 @@ def broker(jit: bool = False, cpus: str = "") -> Iterator[str]:
         )
         if cpus:  # every thread of the JVM
             pid = (Path(tmp) / "pid").read_text().strip()
-            subprocess.run(["taskset", "-a", "-p", "-c", cpus, pid], check=True, stdout=sys.stderr)
+            subprocess.run(
+                ["taskset", "-a", "-p", "-c", cpus, pid], check=True, stdout=subprocess.DEVNULL
+            )
         try:
             yield f"127.0.0.1:{port}"
         finally:
