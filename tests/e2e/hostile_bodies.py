@@ -16,25 +16,13 @@ import math
 import random
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
+
+from mlpipe.serving._oip_schema import Datatype
 
 MODEL = "fraud"
 FEATURES = ("amount", "n_items")
-DATATYPES = (  # the protocol's tensor datatypes
-    "BOOL",
-    "UINT8",
-    "UINT16",
-    "UINT32",
-    "UINT64",
-    "INT8",
-    "INT16",
-    "INT32",
-    "INT64",
-    "FP16",
-    "FP32",
-    "FP64",
-    "BYTES",
-)
+DATATYPES = get_args(Datatype)  # the protocol's tensor datatypes, as serving declares them
 _PACK = {"FP64": "<d", "FP32": "<f", "INT64": "<q", "INT32": "<i", "UINT8": "<B", "BOOL": "<?"}
 JSON = b"application/json"
 OCTETS = b"application/octet-stream"
