@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -154,22 +154,14 @@ def _insert_postgres(conn: Connection, table: pa.Table) -> int:
     whose key holds their own ``ts`` are stored. Of a key the batch repeats, the
     first row counts, as on DuckDB.
     """
-    import io
-
-    import pyarrow.csv as pacsv
-
-    cols = ", ".join(COLUMNS)
-    data = io.BytesIO()
-    pacsv.write_csv(table.select(COLUMNS), data, pacsv.WriteOptions(include_header=False))
-    raw = conn.connection.driver_connection
-    assert raw is not None, "the connection is closed"
-    with raw.cursor() as cur:
-        cur.execute(
-            "CREATE TEMPORARY TABLE _mlpipe_incoming (LIKE predictions INCLUDING DEFAULTS, "
-            "_n BIGINT GENERATED ALWAYS AS IDENTITY) ON COMMIT DROP"
-        )
-        with cur.copy(f"COPY _mlpipe_incoming ({cols}) FROM STDIN (FORMAT csv)") as copy:
-            copy.write(data.getvalue())
+    raw = _copy_to_temporary(
+        conn,
+        table,
+        COLUMNS,
+        "CREATE TEMPORARY TABLE _mlpipe_incoming (LIKE predictions INCLUDING DEFAULTS, "
+        "_n BIGINT GENERATED ALWAYS AS IDENTITY) ON COMMIT DROP",
+        "_mlpipe_incoming",
+    )
     _partitions.ensure_days(conn, _partitions.days_of(conn, "_mlpipe_incoming"))
     with raw.cursor() as cur:
         cur.execute(_CLAIM)
@@ -247,26 +239,39 @@ def _reused_ids(conn: Connection, table: pa.Table) -> int:
     )
 
 
-def _reused_postgres(conn: Connection, table: pa.Table) -> int:
-    """:func:`_reused_ids` on PostgreSQL: the rows' keys COPYed into a temporary table and
-    counted against ``prediction_keys`` in one statement (a replayed segment of 100k rows:
-    ~28 s looked up a thousand keys at a time, under a second so)."""
+def _copy_to_temporary(
+    conn: Connection, table: pa.Table, columns: Sequence[str], create: str, name: str
+) -> Any:
+    """Create the temporary table ``name`` (``create``) and COPY ``table``'s ``columns``
+    into it as CSV written by Arrow; returns the driver's (psycopg) connection."""
     import io
 
     import pyarrow.csv as pacsv
 
-    columns = [*_schema.PREDICTION_KEY, "ts"]
     data = io.BytesIO()
-    pacsv.write_csv(table.select(columns), data, pacsv.WriteOptions(include_header=False))
+    pacsv.write_csv(table.select(list(columns)), data, pacsv.WriteOptions(include_header=False))
     raw = conn.connection.driver_connection
     assert raw is not None, "the connection is closed"
     with raw.cursor() as cur:
-        cur.execute(
-            "CREATE TEMPORARY TABLE _mlpipe_reused ON COMMIT DROP AS "
-            f"SELECT {_KEY_COLUMNS}, ts FROM prediction_keys WITH NO DATA"
-        )
-        with cur.copy(f"COPY _mlpipe_reused ({_KEY_COLUMNS}, ts) FROM STDIN (FORMAT csv)") as copy:
+        cur.execute(create)
+        with cur.copy(f"COPY {name} ({', '.join(columns)}) FROM STDIN (FORMAT csv)") as copy:
             copy.write(data.getvalue())
+    return raw
+
+
+def _reused_postgres(conn: Connection, table: pa.Table) -> int:
+    """:func:`_reused_ids` on PostgreSQL: the rows' keys COPYed into a temporary table and
+    counted against ``prediction_keys`` in one statement (a replayed segment of 100k rows:
+    ~28 s looked up a thousand keys at a time, under a second so)."""
+    raw = _copy_to_temporary(
+        conn,
+        table,
+        [*_schema.PREDICTION_KEY, "ts"],
+        "CREATE TEMPORARY TABLE _mlpipe_reused ON COMMIT DROP AS "
+        f"SELECT {_KEY_COLUMNS}, ts FROM prediction_keys WITH NO DATA",
+        "_mlpipe_reused",
+    )
+    with raw.cursor() as cur:
         cur.execute(
             f"SELECT count(*) FROM _mlpipe_reused i JOIN prediction_keys p USING {_KEY} "
             f"WHERE abs(extract(epoch FROM p.ts - i.ts)) * 1e6 > {_REUSED_US}"
