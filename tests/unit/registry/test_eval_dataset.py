@@ -70,6 +70,34 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def refusal(
+    home: Path,
+    model: str,
+    *,
+    dataset: Path,
+    model_path: Path,
+    label: str,
+    eval_dataset: Path,
+    error: type[Exception] = InvalidInput,
+) -> str:
+    """The one-line refusal ``register`` raises for ``eval_dataset``, after checking that
+    no registry was created."""
+    settings = load_settings(home=home)
+    with pytest.raises(error) as raised:
+        registry.register(
+            settings,
+            model,
+            dataset=dataset,
+            model_path=model_path,
+            label=label,
+            eval_dataset=eval_dataset,
+        )
+    assert not settings.state_path.exists()  # no registry was created
+    text = str(raised.value)
+    assert "\n" not in text
+    return text
+
+
 def _holdout(change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], Path]:
     def write(path: Path) -> Path:
         change(frame(200, 1)).to_csv(path, index=False)
@@ -161,36 +189,30 @@ def test_a_bad_holdout_is_refused_and_nothing_is_registered(
     make, error, message = CASES[case]
     suffix = ".parquet" if case == "not a table" else ".csv"
     holdout = make(home / f"holdout{suffix}")
-    settings = load_settings(home=home)
-    with pytest.raises(error) as raised:
-        registry.register(
-            settings,
-            "species",
-            dataset=inputs / "train.csv",
-            model_path=inputs / "model.joblib",
-            label="species",
-            eval_dataset=holdout,
-        )
-    text = str(raised.value)
+    text = refusal(
+        home,
+        "species",
+        dataset=inputs / "train.csv",
+        model_path=inputs / "model.joblib",
+        label="species",
+        eval_dataset=holdout,
+        error=error,
+    )
     assert text.startswith(message.format(path=holdout, name=holdout.name)), text
-    assert "\n" not in text
-    assert not settings.state_path.exists()  # no registry was created
 
 
 def test_the_registration_dataset_is_no_holdout(home: Path, inputs: Path) -> None:
     copy = home / "copy.csv"
     copy.write_bytes((inputs / "train.csv").read_bytes())
-    settings = load_settings(home=home)
-    with pytest.raises(InvalidInput, match=r"copy\.csv is the registration dataset itself"):
-        registry.register(
-            settings,
-            "species",
-            dataset=inputs / "train.csv",
-            model_path=inputs / "model.joblib",
-            label="species",
-            eval_dataset=copy,
-        )
-    assert not settings.state_path.exists()
+    text = refusal(
+        home,
+        "species",
+        dataset=inputs / "train.csv",
+        model_path=inputs / "model.joblib",
+        label="species",
+        eval_dataset=copy,
+    )
+    assert "copy.csv is the registration dataset itself" in text, text
 
 
 def test_a_regression_holdout_needs_numeric_labels(home: Path, tmp_path: Path) -> None:
@@ -204,18 +226,15 @@ def test_a_regression_holdout_needs_numeric_labels(home: Path, tmp_path: Path) -
     holdout = train.head(20).astype({"price": object})
     holdout.loc[3, "price"] = "cheap"
     holdout.to_csv(home / "holdout.csv", index=False)
-    settings = load_settings(home=home)
-    with pytest.raises(InvalidInput) as raised:
-        registry.register(
-            settings,
-            "house",
-            dataset=home / "train.csv",
-            model_path=home / "m.joblib",
-            label="price",
-            eval_dataset=home / "holdout.csv",
-        )
-    assert str(raised.value) == (
+    text = refusal(
+        home,
+        "house",
+        dataset=home / "train.csv",
+        model_path=home / "m.joblib",
+        label="price",
+        eval_dataset=home / "holdout.csv",
+    )
+    assert text == (
         "--eval-dataset holdout.csv: label(s) 'cheap' in column 'price' are not numbers "
         "(a regression is judged on numeric labels)"
     )
-    assert not settings.state_path.exists()
