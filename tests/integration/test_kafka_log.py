@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from mlpipe import warehouse
 from mlpipe.config import Settings
 from mlpipe.errors import StoreUnavailable
-from mlpipe.predlog import PredictionRecord
+from mlpipe.predlog import GroupCommitter, PredictionRecord
 from mlpipe.predlog._kafka import TENANT_HEADER, KafkaSink
 from mlpipe.serving import free_port
 from tests.integration.kafka_sync_worker import POINTS
@@ -131,6 +131,46 @@ def test_broker_down_refuses_the_batch_in_time_then_recovers_without_a_restart(
         # only what was acknowledged: the refused records are not delivered later either
         assert sorted(r[0] for r in _rows(settings)) == ["r1", "r4"]
         assert result.rows_loaded == 2
+
+
+def test_a_group_answers_only_the_batch_with_a_refused_record_and_logs_the_rest(
+    broker: Broker,
+) -> None:
+    # The middle batch of a group holds a record over the producer's message.max.bytes:
+    # that batch alone is answered 503; the others are in the topic, each record once.
+    topic = _topic()
+    broker.create_topic(topic)
+    sink = KafkaSink(broker.bootstrap, topic, "w1", 5.0, extra={"message.max.bytes": "2000"})
+    big = _record(90, features={"amount": 1.0, "blob": "x" * 4000})
+    outcomes = sink.append_groups([[_record(1), _record(2)], [big, _record(91)], [_record(3)]])
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], StoreUnavailable)
+    assert "the producer refused a record" in str(outcomes[1])
+    ids = sorted(json.loads(m.value())["request_id"] for m in broker.consume_all(topic, 3))
+    assert ids == ["r1", "r2", "r3"]
+    sink.close()
+
+
+def test_a_group_through_the_committer_is_refused_while_the_broker_is_down(
+    tmp_path: Path,
+) -> None:
+    # Every batch of a group waiting on a broker that is gone gets 503 in time; none
+    # is answered as logged, and the committer serves again once the broker is back.
+    with kafka_broker(tmp_path / "kafka") as own:
+        topic = _topic()
+        own.create_topic(topic)
+        committer = GroupCommitter(KafkaSink(own.bootstrap, topic, "w1", timeout_s=2.0))
+        assert committer.submit([_record(1)]).result(10) is None
+        own.stop()
+        futures = [committer.submit([_record(i)]) for i in (2, 3, 4)]
+        for f in futures:
+            with pytest.raises(StoreUnavailable, match="did not take the batch within 2s"):
+                f.result(10)
+        own.start()
+        assert committer.submit([_record(5)]).result(30) is None
+        committer.close()
+        ids = sorted(json.loads(m.value())["request_id"] for m in own.consume_all(topic, 2))
+        assert ids == ["r1", "r5"]
 
 
 @pytest.mark.parametrize("point", POINTS)

@@ -4,6 +4,7 @@ A worker appends each answered request to its own segment before the response
 goes out; the warehouse loader reads closed and open segments idempotently.
 """
 
+from mlpipe.predlog._group_commit import GroupCommitter
 from mlpipe.predlog._kafka import TENANT_HEADER
 from mlpipe.predlog._pii import PiiHasher
 from mlpipe.predlog._record import DECODER, ENCODER, Arm, PredictionRecord
@@ -14,6 +15,7 @@ __all__ = [
     "DECODER",
     "ENCODER",
     "Arm",
+    "GroupCommitter",
     "PiiHasher",
     "PredictionRecord",
     "PredictionSink",

@@ -71,9 +71,41 @@ class KafkaSink:
         return Producer(self._config)
 
     def append(self, records: Sequence[PredictionRecord]) -> None:
-        from confluent_kafka import KafkaException
+        """Return once every record is acknowledged; else raise StoreUnavailable."""
+        (failure,) = self.append_groups([records])
+        if failure is not None:
+            raise failure
 
-        failures: list[Any] = []
+    def append_groups(
+        self, batches: Sequence[Sequence[PredictionRecord]]
+    ) -> list[Exception | None]:
+        """Produce every batch's records, wait for the acks once, and give each batch its
+        own outcome: ``None`` when all of its records were acknowledged, else the
+        StoreUnavailable its caller answers 503 with. A wait that timed out fails every
+        batch (which records were acknowledged is not reported: only errors are).
+        """
+        failures: list[list[Any]] = [[] for _ in batches]  # each batch's delivery errors
+        refused = [self._produce(batch, failures[i]) for i, batch in enumerate(batches)]
+        pending = 0
+        if not all(refused):
+            # A little past librdkafka's own timeout, so every record has its delivery report.
+            pending = self._producer.flush(self.timeout_s + 1.0)
+        if any(getattr(err, "fatal", lambda: False)() for errs in failures for err in errs):
+            self._producer = self._new_producer()  # a fatal error ends a producer's life
+        outcomes: list[Exception | None] = []
+        for refusal, errs in zip(refused, failures, strict=True):
+            if refusal is None and (errs or pending):
+                reason = str(errs[0]) if errs else f"{pending} record(s) not acknowledged"
+                refusal = self._unavailable(reason)
+            outcomes.append(refusal)
+        return outcomes
+
+    def _produce(
+        self, records: Sequence[PredictionRecord], failures: list[Any]
+    ) -> StoreUnavailable | None:
+        """Hand ``records`` to the producer, their delivery errors to go to ``failures``;
+        the refusal when the producer would not take one (a full queue, a record too large)."""
+        from confluent_kafka import KafkaException
 
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
@@ -89,14 +121,10 @@ class KafkaSink:
                     on_delivery=delivered,
                 )
         except (BufferError, KafkaException) as exc:
-            raise self._unavailable(f"the producer refused a record: {exc}") from exc
-        # A little past librdkafka's own timeout, so every record has its delivery report.
-        pending = self._producer.flush(self.timeout_s + 1.0)
-        if pending or failures:
-            if any(getattr(err, "fatal", lambda: False)() for err in failures):
-                self._producer = self._new_producer()  # a fatal error ends a producer's life
-            reason = str(failures[0]) if failures else f"{pending} record(s) not acknowledged"
-            raise self._unavailable(reason)
+            refusal = self._unavailable(f"the producer refused a record: {exc}")
+            refusal.__cause__ = exc
+            return refusal
+        return None
 
     def _unavailable(self, reason: str) -> StoreUnavailable:
         return StoreUnavailable(

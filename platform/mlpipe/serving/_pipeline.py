@@ -42,7 +42,7 @@ import numpy as np
 
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import check_join_key
-from mlpipe.predlog import Arm, PiiHasher, PredictionRecord
+from mlpipe.predlog import Arm, GroupCommitter, PiiHasher, PredictionRecord
 from mlpipe.registry import InputSchema, missing_refused, number_from_text
 from mlpipe.routing import entity_key
 from mlpipe.serving._caches import LRUCache, normalized_vector
@@ -139,8 +139,9 @@ class ScoringPipeline:
         self._cache: LRUCache[Prediction] = LRUCache(settings.serving.prediction_cache_size)
         self._pii = PiiHasher(settings.pii_fields, settings.pii_key)
         self._shadow_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-shadow")
-        # the log writes of a sink that waits for acks (_log), one at a time, in batch order
-        self._log_pool = ThreadPoolExecutor(1, thread_name_prefix="mlpipe-log")
+        # the log writes of a sink that waits for acks (_log): in batch order, those
+        # queued while one waits for its acks written together
+        self._log_group = GroupCommitter(sink) if sink.waits_for_acks else None
         self._shadow_backlog = 0
         self._shadow_lock = Lock()
         self._timeout_ns = int(settings.serving.request_timeout_s * 1e9)
@@ -210,16 +211,22 @@ class ScoringPipeline:
     async def _log(
         self, items: Sequence[_Item], records: list[PredictionRecord] | None = None
     ) -> None:
-        """:meth:`_append` on the one log thread for a sink that waits for acks (Kafka),
-        in place for one that writes to the OS (segment files: the hop would cost a
+        """:meth:`_append` through the group committer's thread for a sink that waits
+        for acks (Kafka: the batches queued meanwhile share one wait, decision 034), in
+        place for one that writes to the OS (segment files: the hop would cost a
         context switch a batch, decision 019)."""
         import asyncio
 
-        if self.sink.waits_for_acks:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._log_pool, self._append, items, records)
-        else:
+        if self._log_group is None:
             self._append(items, records)
+            return
+        logged = _logged(items)
+        try:
+            await asyncio.wrap_future(
+                self._log_group.submit(records if records is not None else self._records(logged))
+            )
+        except Exception as exc:
+            self._refuse(exc, logged)
 
     async def predict_together_async(
         self, requests: Sequence[PredictRequest], *, chunk: int
@@ -303,7 +310,8 @@ class ScoringPipeline:
         return results
 
     def close(self) -> None:
-        self._log_pool.shutdown(wait=True)
+        if self._log_group is not None:
+            self._log_group.close()
         self._shadow_pool.shutdown(wait=True)
 
     # -- the log, and what must not be answered --
@@ -329,17 +337,21 @@ class ScoringPipeline:
     ) -> None:
         """Log answered and timed-out requests (``records``, when already built from
         ``items``) in one write; apply the write-error policy."""
-        logged = [it for it in items if it.error is None or it.status == "timeout"]
+        logged = _logged(items)
         try:
             self.sink.append(records if records is not None else self._records(logged))
         except Exception as exc:
-            refusal = self._log_failures.record(exc, len(logged))
-            if self.metrics:
-                self.metrics.predlog_errors.labels(self._log_failures.policy).inc(len(logged))
-            if refusal is not None:
-                for it in logged:
-                    if it.error is None:
-                        it.error = refusal
+            self._refuse(exc, logged)
+
+    def _refuse(self, exc: Exception, logged: Sequence[_Item]) -> None:
+        """Apply the write-error policy to the ``logged`` items a failed log write held."""
+        refusal = self._log_failures.record(exc, len(logged))
+        if self.metrics:
+            self.metrics.predlog_errors.labels(self._log_failures.policy).inc(len(logged))
+        if refusal is not None:
+            for it in logged:
+                if it.error is None:
+                    it.error = refusal
 
     # -- stages --
 
@@ -604,6 +616,11 @@ def _response(it: _Item) -> dict[str, Any]:
     answer["features_missing"] = it.missing
     answer["cache_hit"] = it.cache_hit
     return answer
+
+
+def _logged(items: Sequence[_Item]) -> list[_Item]:
+    """The items whose rows go to the log: the answered and the timed out."""
+    return [it for it in items if it.error is None or it.status == "timeout"]
 
 
 def _fail_together(items: Sequence[_Item]) -> None:

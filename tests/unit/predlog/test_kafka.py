@@ -2,6 +2,7 @@
 
 import time
 
+import msgspec
 import pytest
 
 from mlpipe.config import load_settings
@@ -37,3 +38,22 @@ def test_unacknowledged_batch_raises_instead_of_claiming_it_is_logged() -> None:
     sink = KafkaSink("127.0.0.1:1", "mlpipe-predictions", "w1", timeout_s=0.5)
     with pytest.raises(StoreUnavailable, match=r"did not take the batch within 0.5s"):
         sink.append([_record()])
+
+
+def test_a_group_answers_each_batch_for_itself_and_never_claims_an_unacked_record() -> None:
+    # Nothing listens on port 1, so no record is acknowledged; the middle batch holds a
+    # record over message.max.bytes, which the producer refuses before any wait.
+    sink = KafkaSink(
+        "127.0.0.1:1",
+        "mlpipe-predictions",
+        "w1",
+        timeout_s=0.5,
+        extra={"message.max.bytes": "1000"},
+    )
+    big = msgspec.structs.replace(
+        _record(), request_id="big", features={"amount": 1.0, "x": "x" * 2000}
+    )
+    outcomes = sink.append_groups([[_record()], [big], [_record()]])
+    assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+    assert "the producer refused a record" in str(outcomes[1])
+    assert "Message timed out" in str(outcomes[0]) and "Message timed out" in str(outcomes[2])
