@@ -14,22 +14,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 from sqlalchemy import Connection, Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import NullPool
 
 from mlpipe.engines import redact
 from mlpipe.errors import StoreUnavailable
-from mlpipe.warehouse import _schema
+from mlpipe.warehouse import _dialects, _schema
 
 if TYPE_CHECKING:
-    import duckdb
-
     from mlpipe.config import Settings
 
 Notify = Callable[[str], None]
@@ -40,10 +34,6 @@ _engines: dict[tuple[str, bool], Engine] = {}
 _in_process = threading.RLock()
 
 
-def is_duckdb(url: str) -> bool:
-    return make_url(url).get_backend_name() == "duckdb"
-
-
 def lock_timeout(settings: Settings) -> float:
     # Not (yet) a Settings field: read it with a default so older settings still work.
     return settings.warehouse_lock_timeout_s
@@ -52,15 +42,7 @@ def lock_timeout(settings: Settings) -> float:
 def _engine(url: str, read_only: bool) -> Engine:
     key = (url, read_only)
     if key not in _engines:
-        connect_args: dict[str, object] = {}
-        if is_duckdb(url):
-            database = make_url(url).database
-            if database and database != ":memory:":
-                Path(database).parent.mkdir(parents=True, exist_ok=True)
-            if read_only:
-                # Ad-hoc SQL may read the warehouse, not the file system.
-                connect_args = {"read_only": True, "config": {"enable_external_access": False}}
-        _engines[key] = sa.create_engine(url, poolclass=NullPool, connect_args=connect_args)
+        _engines[key] = _dialects.dialect_for(url).engine(url, read_only)
     return _engines[key]
 
 
@@ -105,22 +87,6 @@ def _connect_unlocked(
         conn.close()
 
 
-def _database_exists(url: str) -> bool:
-    if not is_duckdb(url):
-        return True
-    database = make_url(url).database
-    if not database or database == ":memory:":
-        return False
-    return Path(database).exists()
-
-
-def duckdb_connection(conn: Connection) -> duckdb.DuckDBPyConnection:
-    """The DuckDB connection under ``conn``, for DuckDB's own API (``register``, ``df()``)."""
-    raw = conn.connection.driver_connection
-    assert raw is not None, "the connection is closed"
-    return raw
-
-
 @contextmanager
 def writer(settings: Settings, notify: Notify | None = None) -> Iterator[Connection]:
     """A write connection on a migrated warehouse, for a caller that commits in several steps.
@@ -151,14 +117,14 @@ def read(settings: Settings, notify: Notify | None = None) -> Iterator[Connectio
     A warehouse that does not exist yet, or is behind the newest migration, is
     created/migrated first with a short write.
     """
-    url = settings.warehouse
-    if not is_duckdb(url):
+    dialect = _dialects.dialect_for(settings.warehouse)
+    if not dialect.opens_read_only:
         with _connect(settings, False, notify) as conn, conn.begin() as tx:
             _schema.migrate(conn)
             yield conn
             tx.rollback()
         return
-    if _database_exists(url):
+    if dialect.exists(settings.warehouse):
         # The usual case, one connection: the schema is current, read on the same one.
         with _connect(settings, True, notify) as conn:
             if _schema.current_version(conn) >= _schema.HEAD:

@@ -36,7 +36,8 @@ import sqlalchemy as sa
 
 from mlpipe.errors import StoreUnavailable
 from mlpipe.predlog import DECODER, TENANT_HEADER, PredictionRecord
-from mlpipe.warehouse import _engine, _schema
+from mlpipe.warehouse import _dialects, _engine, _schema
+from mlpipe.warehouse._duckdb import duckdb_connection
 from mlpipe.warehouse._segments import (
     _JSON_COLUMNS,
     CANNOT_STORE,
@@ -48,12 +49,14 @@ from mlpipe.warehouse._segments import (
     rows_sql,
     unstorable,
 )
+from mlpipe.warehouse._sql import KNOWN, REUSED
 
 if TYPE_CHECKING:
     import duckdb
     from sqlalchemy import Connection
 
     from mlpipe.config import Settings
+    from mlpipe.warehouse._dialects import Dialect
     from mlpipe.warehouse._sync import SyncResult
 
 _METADATA_TIMEOUT_S = 10.0
@@ -293,12 +296,10 @@ def _load_whole_duckdb(
     :class:`NotWhole`. The caller then rolls back and writes the batch with
     :func:`_load_read`.
     """
-    from mlpipe.warehouse._sync import _KNOWN, _REUSED
-
     counts = BatchCounts()
     if not batch.messages:
         return counts, batch.rest
-    raw = _engine.duckdb_connection(conn)
+    raw = duckdb_connection(conn)
     sql = _batch_sql(topic)
     cols = ", ".join(COLUMNS)
     refused: set[tuple[int, int]] = set()
@@ -306,7 +307,7 @@ def _load_whole_duckdb(
         params = {"files": [path], "now": now}
         inserted = raw.execute(
             f"INSERT INTO predictions ({cols}) SELECT {cols} FROM ({sql}) AS i "
-            f"WHERE keep AND NOT EXISTS ({_KNOWN})",
+            f"WHERE keep AND NOT EXISTS ({KNOWN})",
             params,
         ).fetchone()
         counts.loaded = int(inserted[0]) if inserted else 0
@@ -317,7 +318,7 @@ def _load_whole_duckdb(
             refused = {(int(p), int(o)) for p, o in found}
             if counts.loaded < len(batch.messages) - len(refused):
                 kept = f"(SELECT * FROM ({sql}) WHERE keep)"
-                reused = raw.execute(_REUSED.format(source=kept), params).fetchone()
+                reused = raw.execute(REUSED.format(source=kept), params).fetchone()
                 counts.reused = int(reused[0]) if reused else 0
     counts.read = len(batch.messages) - len(refused)
     return counts, _refused(batch, refused)
@@ -337,7 +338,7 @@ def _keys_unique(raw: duckdb.DuckDBPyConnection, topic: str, now: datetime) -> b
 
 
 def _load_read(
-    conn: Connection, batch: MessageBatch, topic: str, now: datetime, on_duckdb: bool
+    conn: Connection, batch: MessageBatch, topic: str, now: datetime, dialect: Dialect
 ) -> tuple[BatchCounts, list[Any]]:
     """DuckDB's JSON reader, in a database of its own, reads the batch into Arrow; the valid
     records go in as a batch of msgspec-decoded records would (one row a key, COPY on
@@ -349,8 +350,6 @@ def _load_read(
     """
     import duckdb
     import pyarrow.compute as pc
-
-    from mlpipe.warehouse._sync import _insert_duckdb, _insert_generic, _reused_ids
 
     counts = BatchCounts()
     if not batch.messages:
@@ -366,9 +365,9 @@ def _load_read(
     bad = set(zip(refused.column("_p").to_pylist(), refused.column("_o").to_pylist(), strict=True))
     counts.read = good.num_rows
     if good.num_rows:
-        counts.loaded = (_insert_duckdb if on_duckdb else _insert_generic)(conn, good)
+        counts.loaded = dialect.insert_predictions(conn, good)
         if counts.loaded < good.num_rows:
-            counts.reused = _reused_ids(conn, good)
+            counts.reused = dialect.reused_ids(conn, good)
     return counts, _refused(batch, bad)
 
 
@@ -382,17 +381,15 @@ def _refusal(record: PredictionRecord, header: bytes | None) -> str | None:
     return None
 
 
-def _insert_rows(conn: Connection, decoded: _Decoded, on_duckdb: bool) -> tuple[int, int]:
+def _insert_rows(conn: Connection, decoded: _Decoded, dialect: Dialect) -> tuple[int, int]:
     """Insert the batch's records (keys already loaded are kept out): (rows added, rows
     left out because another request had used their request id)."""
-    from mlpipe.warehouse._sync import _insert_duckdb, _insert_generic, _reused_ids
-
     if not decoded.records:
         return 0, 0
     now = datetime.now(UTC).replace(tzinfo=None)
     table = _to_arrow(decoded.records, decoded.segments, now)
-    loaded = (_insert_duckdb if on_duckdb else _insert_generic)(conn, table)
-    reused = _reused_ids(conn, table) if loaded < table.num_rows else 0
+    loaded = dialect.insert_predictions(conn, table)
+    reused = dialect.reused_ids(conn, table) if loaded < table.num_rows else 0
     return loaded, reused
 
 
@@ -409,7 +406,7 @@ def _quarantine(conn: Connection, decoded: _Decoded) -> None:
 
 
 def _write_batch(
-    conn: Connection, batch: MessageBatch, topic: str, on_duckdb: bool, whole: bool = False
+    conn: Connection, batch: MessageBatch, topic: str, dialect: Dialect, whole: bool = False
 ) -> BatchCounts:
     """Insert a batch's records and quarantine the rest, in the caller's transaction:
     with one DuckDB statement where ``whole`` (:func:`_load_whole_duckdb`), else through
@@ -419,9 +416,9 @@ def _write_batch(
     if whole:
         counts, rest = _load_whole_duckdb(conn, batch, topic, now)
     else:
-        counts, rest = _load_read(conn, batch, topic, now, on_duckdb)
+        counts, rest = _load_read(conn, batch, topic, now, dialect)
     decoded = _decode(rest, topic)
-    loaded, reused = _insert_rows(conn, decoded, on_duckdb)
+    loaded, reused = _insert_rows(conn, decoded, dialect)
     _quarantine(conn, decoded)
     counts.read += len(decoded.records)
     counts.loaded += loaded
@@ -435,7 +432,7 @@ def _store(
     batch: MessageBatch,
     topic: str,
     moves: dict[int, tuple[int | None, int]],
-    on_duckdb: bool,
+    dialect: Dialect,
 ) -> BatchCounts:
     """Write a batch and the positions after it in one transaction.
 
@@ -445,16 +442,16 @@ def _store(
     """
     import duckdb
 
-    if on_duckdb:
+    if dialect.loads_whole:
         try:
             with conn.begin():
-                counts = _write_batch(conn, batch, topic, on_duckdb, whole=True)
+                counts = _write_batch(conn, batch, topic, dialect, whole=True)
                 _advance(conn, topic, moves)
             return counts
         except (duckdb.Error, NotWhole):
             pass  # rolled back: nothing of the batch landed
     with conn.begin():
-        counts = _write_batch(conn, batch, topic, on_duckdb)
+        counts = _write_batch(conn, batch, topic, dialect)
         _advance(conn, topic, moves)
     return counts
 
@@ -510,7 +507,7 @@ class TopicReader:
         self.settings = settings
         self.topic = settings.predlog.kafka_topic
         self.notify = notify
-        self.on_duckdb = _engine.is_duckdb(settings.warehouse)
+        self.dialect = _dialects.dialect_for(settings.warehouse)
         self.positions: dict[int, int | None] = {}  # assigned partition -> warehouse position
         self._consumer = Consumer(consumer_config(settings))
         self._held: Connection | None = None
@@ -637,7 +634,7 @@ class TopicReader:
         moves = _moves(batch.all, self.positions)
         try:
             with self._connect() as conn:
-                counts = _store(conn, batch, self.topic, moves, self.on_duckdb)
+                counts = _store(conn, batch, self.topic, moves, self.dialect)
         except PositionMoved:
             return False
         for partition, (_, new) in moves.items():

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mlpipe.errors import InvalidInput, NotFound
-from mlpipe.warehouse import _engine, _mirror, _schema
+from mlpipe.warehouse import _dialects, _engine, _mirror, _schema
 from mlpipe.warehouse._sync import sync
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ def load_outcomes(
         unknown, example = _unknown_labels(conn, matched, classes) if classes else (0, None)
         changed = _changed(conn, matched)
         replaced = _delete_labelled(conn, changed)
-        rows = _insert(conn, settings, changed, path.name) if len(changed) else 0
+        rows = _insert(conn, changed, path.name) if len(changed) else 0
     unchanged = len(matched) - len(changed)
     return OutcomesResult(
         str(path), len(frame), by, rows - replaced, replaced, unchanged, unknown, example
@@ -406,7 +406,7 @@ def _delete_labelled(conn: sa.Connection, matched: pd.DataFrame) -> int:
     return replaced
 
 
-def _insert(conn: sa.Connection, settings: Settings, matched: pd.DataFrame, source: str) -> int:
+def _insert(conn: sa.Connection, matched: pd.DataFrame, source: str) -> int:
     import pandas as pd
 
     rows = pd.DataFrame(
@@ -420,15 +420,5 @@ def _insert(conn: sa.Connection, settings: Settings, matched: pd.DataFrame, sour
             "loaded_at": datetime.now(UTC).replace(tzinfo=None),
         }
     )
-    if _engine.is_duckdb(settings.warehouse):
-        raw = _engine.duckdb_connection(conn)
-        raw.register("_mlpipe_outcomes", rows)
-        try:
-            cols = ", ".join(rows.columns)
-            raw.execute(f"INSERT INTO outcomes ({cols}) SELECT {cols} FROM _mlpipe_outcomes")
-        finally:
-            raw.unregister("_mlpipe_outcomes")
-    else:
-        records = rows.astype(object).where(rows.notna(), None).to_dict("records")
-        conn.execute(_schema.outcomes.insert(), records)
+    _dialects.dialect_of(conn).insert_outcomes(conn, rows)
     return len(rows)

@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError
 
 from mlpipe.errors import InvalidInput
-from mlpipe.warehouse import _engine, _schema
+from mlpipe.warehouse import _dialects, _engine, _schema
 
 if TYPE_CHECKING:
     import pandas as pd
-    from sqlalchemy import Connection
 
     from mlpipe.config import Settings
 
@@ -48,9 +46,8 @@ def query(
         raise InvalidInput("empty SQL")
     _require_reading(sql)
     with _engine.read(settings, notify) as conn:
-        if _engine.is_duckdb(settings.warehouse):
-            return _run_duckdb(conn, sql, limit)
-        return _run_postgres(conn, sql, limit)
+        columns, rows = _dialects.dialect_of(conn).run_query(conn, sql, limit)
+    return _result(columns, rows, limit)
 
 
 def _require_reading(sql: str) -> None:
@@ -60,43 +57,6 @@ def _require_reading(sql: str) -> None:
             "query failed: the warehouse is read-only here; run one SELECT, WITH, VALUES, "
             "TABLE, EXPLAIN, SHOW, DESCRIBE or SUMMARIZE statement"
         )
-
-
-def _run_duckdb(conn: Connection, sql: str, limit: int | None) -> QueryResult:
-    try:
-        result = conn.exec_driver_sql(sql)
-        if not result.returns_rows:
-            return QueryResult([], [], False)
-        columns = list(result.keys())
-        rows = result.fetchmany(limit + 1) if limit is not None else result.fetchall()
-    except DBAPIError as exc:
-        raise InvalidInput(f"query failed: {_first_line(exc.orig)}") from exc
-    return _result(columns, [tuple(r) for r in rows], limit)
-
-
-def _run_postgres(conn: Connection, sql: str, limit: int | None) -> QueryResult:
-    import psycopg
-
-    conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-    raw = conn.connection.driver_connection
-    assert raw is not None, "a read connection is open"
-    with raw.cursor() as cursor:
-        try:
-            cursor.execute(sql, prepare=True)
-            if cursor.description is None:
-                return QueryResult([], [], False)
-            columns = [c.name for c in cursor.description]
-            rows = cursor.fetchmany(limit + 1) if limit is not None else cursor.fetchall()
-        except psycopg.Error as exc:
-            message = _first_line(exc)
-            if "multiple commands" in message:
-                message = "run one statement at a time"
-            raise InvalidInput(f"query failed: {message}") from exc
-    return _result(columns, [tuple(r) for r in rows], limit)
-
-
-def _first_line(exc: BaseException | None) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _result(columns: list[str], rows: list[tuple[Any, ...]], limit: int | None) -> QueryResult:
@@ -181,7 +141,7 @@ def prediction_window(
     with _engine.read(settings, notify) as conn:
         total = conn.execute(sa.select(sa.func.count()).select_from(p).where(*cond)).scalar_one()
         sample = sample_rows if sample_rows is not None and total > sample_rows else None
-        frame = _fetch(settings, conn, stmt, sample, seed)
+        frame = _dialects.dialect_of(conn).fetch_frame(conn, stmt, sample, seed)
     entities = None
     if with_entities:
         frame, entities = _split_entities(frame)
@@ -195,32 +155,6 @@ def prediction_window(
         frame["outcome_label"].astype(object).where(frame["outcome_label"].notna(), None)
     )
     return PredictionWindow(frame, features, int(total), sample is not None, entities)
-
-
-def _fetch(
-    settings: Settings, conn: Connection, stmt: sa.Select[Any], sample: int | None, seed: int
-) -> pd.DataFrame:
-    """The rows of ``stmt`` in time order, or a reservoir sample of ``sample`` of them."""
-    import pandas as pd
-
-    columns = [c.name for c in stmt.selected_columns]
-    if _engine.is_duckdb(settings.warehouse):
-        # DuckDB hands the columns over as a DataFrame directly: no Python row per result.
-        inner = stmt.compile(conn, compile_kwargs={"literal_binds": True})
-        sql = (
-            f"SELECT * FROM ({inner}) AS w "
-            f"USING SAMPLE reservoir({int(sample)} ROWS) REPEATABLE ({int(seed)})"
-            if sample is not None
-            else f"SELECT * FROM ({inner}) AS w ORDER BY ts"
-        )
-        frame = _engine.duckdb_connection(conn).execute(sql).df()
-        frame.columns = columns
-        return frame
-    if sample is not None:
-        rows = conn.execute(stmt.order_by(sa.func.random()).limit(sample)).all()
-    else:
-        rows = conn.execute(stmt.order_by(_schema.predictions.c.ts)).all()
-    return pd.DataFrame(rows, columns=columns)
 
 
 def _split_entities(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from mlpipe.errors import InvalidInput, NotFound
-from mlpipe.warehouse import _engine, _partitions, _schema
+from mlpipe.warehouse import _dialects, _engine, _partitions, _schema
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -134,9 +134,7 @@ def tenant_retention(settings: Settings) -> dict[str, int]:
 def _delete_chunked(
     conn: Connection, table: sa.TableClause, where: sa.ColumnElement[bool], chunk: int
 ) -> int:
-    row_id: sa.ColumnClause[Any] = sa.literal_column(
-        "rowid" if conn.dialect.name == "duckdb" else "ctid"
-    )
+    row_id: sa.ColumnClause[Any] = sa.literal_column(_dialects.dialect_of(conn).row_id)
     ids = sa.select(row_id).select_from(table).where(where).limit(chunk)
     total = 0
     while True:

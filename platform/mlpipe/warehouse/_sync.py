@@ -18,15 +18,16 @@ deployment history it is handed (:mod:`._mirror`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from mlpipe.warehouse import _engine, _lifecycle, _mirror, _partitions, _schema
+from mlpipe.warehouse import _dialects, _engine, _lifecycle, _mirror, _schema
+from mlpipe.warehouse._duckdb import duckdb_connection
 from mlpipe.warehouse._kafka import PartitionLag, load_topic
 from mlpipe.warehouse._segments import (
     COLUMNS,
@@ -42,10 +43,10 @@ from mlpipe.warehouse._segments import (
     segment_size,
     segments_sql,
 )
+from mlpipe.warehouse._sql import KNOWN, REUSED
 
 if TYPE_CHECKING:
     import duckdb
-    import pyarrow as pa
     from sqlalchemy import Connection
 
     from mlpipe.config import Settings
@@ -84,203 +85,6 @@ class SyncResult:
         return dict(Counter(s.kind for s in self.skipped))
 
 
-# The row's key (request_id, tenant, model, arm) is in the table: the anti-join that keeps it out.
-_SAME_KEY = (
-    "p.request_id = i.request_id AND p.tenant = i.tenant AND p.model = i.model AND p.arm = i.arm"
-)
-_KNOWN = f"SELECT 1 FROM predictions p WHERE {_SAME_KEY}"
-_KEY_COLUMNS = "request_id, tenant, model, arm"
-_KEY = f"({_KEY_COLUMNS})"
-# A row whose key the table holds for a request logged at another time (more than 1 ms
-# apart: a replayed row read by the other loader may differ by a microsecond of rounding).
-_REUSED_US = 1000
-_REUSED = (
-    f"SELECT count(*) FROM {{source}} AS i WHERE EXISTS (SELECT 1 FROM predictions p "
-    f"WHERE {_SAME_KEY} AND abs(epoch_us(p.ts) - epoch_us(i.ts)) > {_REUSED_US})"
-)
-
-
-def _insert_duckdb(conn: Connection, table: pa.Table) -> int:
-    raw = _engine.duckdb_connection(conn)
-    raw.register("_mlpipe_incoming", table)
-    try:
-        cols = ", ".join(COLUMNS)
-        # A batch almost never repeats a key: count first, and pay for DISTINCT ON only if it does.
-        unique = raw.execute(
-            f"SELECT count(*) = count(DISTINCT {_KEY}) FROM _mlpipe_incoming"
-        ).fetchone()
-        source = (
-            "_mlpipe_incoming"
-            if unique and unique[0]
-            else f"(SELECT DISTINCT ON {_KEY} * FROM _mlpipe_incoming)"
-        )
-        # Keep only keys the table lacks: one set-based insert, which returns its row count.
-        inserted = raw.execute(
-            f"""
-            INSERT INTO predictions ({cols})
-            SELECT {cols} FROM {source} AS i
-            WHERE NOT EXISTS ({_KNOWN})
-            """
-        ).fetchall()  # all: a result left open refuses the next register() on this connection
-    finally:
-        raw.unregister("_mlpipe_incoming")
-    return int(inserted[0][0]) if inserted else 0
-
-
-def _insert_generic(conn: Connection, table: pa.Table) -> int:
-    # Portable path: filter known keys, then executemany in chunks (PostgreSQL: COPY).
-    if conn.dialect.name == "postgresql":
-        return _insert_postgres(conn, table)
-    rows: dict[tuple[str, ...], dict[str, object]] = {}
-    for r in table.to_pylist():
-        rows.setdefault(_key_of(r), r)  # the first row of a key, as on DuckDB
-    for key, _ in _loaded_keys(conn, list(rows)):
-        rows.pop(key, None)
-    fresh = list(rows.values())
-    for start in range(0, len(fresh), 5000):
-        conn.execute(_schema.predictions.insert(), fresh[start : start + 5000])
-    return len(fresh)
-
-
-def _insert_postgres(conn: Connection, table: pa.Table) -> int:
-    """COPY the rows (as CSV, written by Arrow) into a temporary table, create the day
-    partitions they need, then store the rows whose key is new in one statement: ~20 ×
-    executemany's rate (``bench.kafka``). Returns the rows inserted.
-
-    ``predictions`` is partitioned by day, so its own key holds ``ts`` and cannot
-    see a request id stored on another day: each row first claims its key in
-    ``prediction_keys`` (``ON CONFLICT DO NOTHING``: a key already stored, or
-    claimed by a loader running at the same time, is not), and only the rows
-    whose key holds their own ``ts`` are stored. Of a key the batch repeats, the
-    first row counts, as on DuckDB.
-    """
-    raw = _copy_to_temporary(
-        conn,
-        table,
-        COLUMNS,
-        "CREATE TEMPORARY TABLE _mlpipe_incoming (LIKE predictions INCLUDING DEFAULTS, "
-        "_n BIGINT GENERATED ALWAYS AS IDENTITY) ON COMMIT DROP",
-        "_mlpipe_incoming",
-    )
-    _partitions.ensure_days(conn, _partitions.days_of(conn, "_mlpipe_incoming"))
-    with raw.cursor() as cur:
-        cur.execute(_CLAIM)
-        # Every key new (the usual batch): every row goes in, no lookup per row (~1.5 × as
-        # fast as joining the keys claimed back to the rows).
-        cur.execute(_INSERT_ALL if cur.rowcount == table.num_rows else _INSERT_CLAIMED)
-        inserted = cur.rowcount
-        cur.execute("DROP TABLE _mlpipe_incoming")
-    return max(0, inserted)
-
-
-# Each row's key claimed in ``prediction_keys`` where it lacks it: of a key the batch holds
-# twice, the first row's (a temporary table is scanned in the order it was written, and
-# ``ORDER BY _n`` says so).
-_CLAIM = f"""
-INSERT INTO prediction_keys ({_KEY_COLUMNS}, ts)
-SELECT {_KEY_COLUMNS}, ts FROM _mlpipe_incoming ORDER BY _n ON CONFLICT DO NOTHING
-"""
-_ROWS = f"""
-INSERT INTO predictions ({", ".join(COLUMNS)}) SELECT {", ".join(COLUMNS)} FROM _mlpipe_incoming
-"""
-# ``ON CONFLICT``: never an error for a row ``predictions`` holds already (its key gone
-# missing: a drop of its day that did not get its lock deletes the day's keys first).
-_INSERT_ALL = f"{_ROWS} ON CONFLICT DO NOTHING"
-# When not every row claimed its key: the rows whose key holds their own ``ts`` (a row
-# loaded before, a replay, conflicts and adds nothing; nor a repeat in the batch).
-_INSERT_CLAIMED = f"""{_ROWS}
-WHERE EXISTS (SELECT 1 FROM prediction_keys k WHERE k.request_id = _mlpipe_incoming.request_id
-    AND k.tenant = _mlpipe_incoming.tenant AND k.model = _mlpipe_incoming.model
-    AND k.arm = _mlpipe_incoming.arm AND k.ts = _mlpipe_incoming.ts)
-ON CONFLICT DO NOTHING
-"""
-
-
-def _key_of(row: dict[str, object]) -> tuple[str, ...]:
-    return tuple(str(row[c]) for c in _schema.PREDICTION_KEY)
-
-
-def _loaded_keys(
-    conn: Connection, keys: list[tuple[str, ...]]
-) -> Iterator[tuple[tuple[str, ...], datetime]]:
-    """The keys of ``keys`` that ``predictions`` holds, each with its row's ``ts``."""
-    p = _schema.predictions
-    key_columns = [p.c[c] for c in _schema.PREDICTION_KEY]
-    for start in range(0, len(keys), 1000):
-        chunk = keys[start : start + 1000]
-        query = sa.select(*key_columns, p.c.ts).where(sa.tuple_(*key_columns).in_(chunk))
-        for *key, ts in conn.execute(query):
-            yield tuple(key), ts
-
-
-def _reused_ids(conn: Connection, table: pa.Table) -> int:
-    """How many rows of ``table``, just loaded, the table does not hold because another
-    request (another ``ts``) holds their key: a client's request id used twice.
-
-    Call it after the insert, and only when it inserted fewer rows than ``table``
-    has (a replay, or a reused id): then every row's key is in the table.
-    """
-    if conn.dialect.name == "duckdb":
-        raw = _engine.duckdb_connection(conn)
-        raw.register("_mlpipe_reused", table)
-        try:
-            found = raw.execute(_REUSED.format(source="_mlpipe_reused")).fetchall()
-        finally:
-            raw.unregister("_mlpipe_reused")
-        return int(found[0][0])
-    if conn.dialect.name == "postgresql":
-        return _reused_postgres(conn, table)
-    incoming = [(_key_of(r), r["ts"]) for r in table.to_pylist()]
-    held = dict(_loaded_keys(conn, list({key for key, _ in incoming})))
-    return sum(
-        1
-        for key, ts in incoming
-        if key in held and abs((held[key] - ts).total_seconds()) * 1e6 > _REUSED_US
-    )
-
-
-def _copy_to_temporary(
-    conn: Connection, table: pa.Table, columns: Sequence[str], create: str, name: str
-) -> Any:
-    """Create the temporary table ``name`` (``create``) and COPY ``table``'s ``columns``
-    into it as CSV written by Arrow; returns the driver's (psycopg) connection."""
-    import io
-
-    import pyarrow.csv as pacsv
-
-    data = io.BytesIO()
-    pacsv.write_csv(table.select(list(columns)), data, pacsv.WriteOptions(include_header=False))
-    raw = conn.connection.driver_connection
-    assert raw is not None, "the connection is closed"
-    with raw.cursor() as cur:
-        cur.execute(create)
-        with cur.copy(f"COPY {name} ({', '.join(columns)}) FROM STDIN (FORMAT csv)") as copy:
-            copy.write(data.getvalue())
-    return raw
-
-
-def _reused_postgres(conn: Connection, table: pa.Table) -> int:
-    """:func:`_reused_ids` on PostgreSQL: the rows' keys COPYed into a temporary table and
-    counted against ``prediction_keys`` in one statement (a replayed segment of 100k rows:
-    ~28 s looked up a thousand keys at a time, under a second so)."""
-    raw = _copy_to_temporary(
-        conn,
-        table,
-        [*_schema.PREDICTION_KEY, "ts"],
-        "CREATE TEMPORARY TABLE _mlpipe_reused ON COMMIT DROP AS "
-        f"SELECT {_KEY_COLUMNS}, ts FROM prediction_keys WITH NO DATA",
-        "_mlpipe_reused",
-    )
-    with raw.cursor() as cur:
-        cur.execute(
-            f"SELECT count(*) FROM _mlpipe_reused i JOIN prediction_keys p USING {_KEY} "
-            f"WHERE abs(extract(epoch FROM p.ts - i.ts)) * 1e6 > {_REUSED_US}"
-        )
-        found = cur.fetchone()
-        cur.execute("DROP TABLE _mlpipe_reused")
-    return int(found[0]) if found else 0
-
-
 def _keys_unique(raw: duckdb.DuckDBPyConnection, segments: list[str], now: datetime) -> bool:
     """Whether the rows this chunk just added hold each (request_id, tenant, model, arm) once.
 
@@ -316,13 +120,13 @@ def _load_whole(
     lines = {rel: record_lines(path) for rel, path, _ in chunk}
     files = [path.as_posix() for _, path, _ in chunk]
     cols = ", ".join(COLUMNS)
-    raw = _engine.duckdb_connection(conn)
+    raw = duckdb_connection(conn)
     inserted = raw.execute(
         f"""
         INSERT INTO predictions ({cols})
         SELECT {cols} FROM ({segments_sql(root)}) AS i
         WHERE CASE WHEN ok THEN true ELSE error('not a prediction record: ' || segment) END
-          AND NOT EXISTS ({_KNOWN})
+          AND NOT EXISTS ({KNOWN})
         """,
         {"files": files, "now": now},
     ).fetchone()
@@ -335,7 +139,7 @@ def _load_whole(
     reused = 0
     if loaded < read:  # a replay, or ids reused: read the chunk again to tell them apart
         source = f"({segments_sql(root)})"
-        found = raw.execute(_REUSED.format(source=source), {"files": files, "now": now}).fetchall()
+        found = raw.execute(REUSED.format(source=source), {"files": files, "now": now}).fetchall()
         reused = int(found[0][0])
     return read, loaded, reused, [(rel, size, lines[rel], 0) for rel, _, size in chunk]
 
@@ -391,17 +195,16 @@ def _storable_text(raw: bytes) -> str:
 
 
 def _load_batch(
-    conn: Connection, batch: Batch, result: SyncResult, now: datetime, on_duckdb: bool
+    conn: Connection, batch: Batch, result: SyncResult, now: datetime, dialect: _dialects.Dialect
 ) -> None:
-    insert = _insert_duckdb if on_duckdb else _insert_generic
     result.skipped.extend(batch.skipped)
     for table in batch.tables:
         result.rows_read += table.num_rows
         if table.num_rows:
-            loaded = insert(conn, table)
+            loaded = dialect.insert_predictions(conn, table)
             result.rows_loaded += loaded
-            if loaded < table.num_rows:
-                result.reused_ids += _reused_ids(conn, table)
+            if loaded < table.num_rows:  # a replay, or ids reused: every key is in the table
+                result.reused_ids += dialect.reused_ids(conn, table)
     result.quarantined += _book(conn, batch.finished, now, batch.quarantine)
 
 
@@ -411,12 +214,12 @@ def _load_closed(
     root: Path,
     result: SyncResult,
     now: datetime,
-    on_duckdb: bool,
+    dialect: _dialects.Dialect,
 ) -> None:
     """One chunk of closed segments in its own transaction: one statement, or row checks."""
     import duckdb
 
-    if on_duckdb:
+    if dialect.loads_whole:
         try:
             with conn.begin():
                 read, loaded, reused, finished = _load_whole(conn, chunk, root, now)
@@ -428,7 +231,7 @@ def _load_closed(
         except (duckdb.Error, NotWhole):
             pass  # rolled back: nothing of this chunk landed
     with conn.begin():
-        _load_batch(conn, read_chunk(chunk, root, now), result, now, on_duckdb)
+        _load_batch(conn, read_chunk(chunk, root, now), result, now, dialect)
 
 
 def _changed(
@@ -482,7 +285,7 @@ def sync(
     root = settings.predlog_path
     result = SyncResult()
     now = datetime.now(UTC).replace(tzinfo=None)
-    on_duckdb = _engine.is_duckdb(settings.warehouse)
+    dialect = _dialects.dialect_for(settings.warehouse)
     seg = _schema.segments
     with _engine.writer(settings, notify) as conn:
         with conn.begin():
@@ -492,7 +295,7 @@ def sync(
                 changes = _mirror.pending_rows(history, _mirror.mirrored_generations(conn))
         closed, open_ = _changed(root, seen, result)
         for chunk in chunks(closed):
-            _load_closed(conn, chunk, root, result, now, on_duckdb)
+            _load_closed(conn, chunk, root, result, now, dialect)
         with conn.begin():
             for rel, path, _ in open_:
                 data = read_open_segment(path)
@@ -500,7 +303,7 @@ def sync(
                     continue
                 batch = Batch()
                 batch.add_parsed(rel, data, now)
-                _load_batch(conn, batch, result, now, on_duckdb)
+                _load_batch(conn, batch, result, now, dialect)
             result.deployments_loaded = _mirror.insert_missing(conn, changes)
             result.rows_total = conn.execute(
                 sa.select(sa.func.count()).select_from(_schema.predictions)
