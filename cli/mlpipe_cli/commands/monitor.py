@@ -9,7 +9,7 @@ keeps both), progress and errors to stderr; webhook URLs are printed redacted.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,9 @@ from mlpipe_cli import console
 from mlpipe_cli.commands.shadow import class_tables
 from mlpipe_cli.console import number
 from mlpipe_cli.state import state
+
+if TYPE_CHECKING:
+    from mlpipe.monitoring import ArmDrift
 
 _JSON = typer.Option(False, "--json", help="One JSON document on stdout.")
 _WEBHOOK = typer.Option(None, "--alert-webhook", help="POST the verdict as JSON to this URL.")
@@ -74,7 +77,7 @@ def drift(
     from mlpipe import deployments, monitoring
 
     settings = state.settings()
-    feed = deployments.history_feed(settings)
+    feed = deployments.history_feed(settings, console.status)
     result = monitoring.drift(
         settings,
         name,
@@ -100,7 +103,7 @@ def drift(
     _finish("drift", name, result.verdict, result.exit_code, data, alert_webhook)
 
 
-def _drift_arm(name: str, a: Any) -> None:
+def _drift_arm(name: str, a: ArmDrift) -> None:
     """One arm's table, then its alarms, quality and notes: all on stdout with the table."""
     rows = [
         [
@@ -150,7 +153,7 @@ def skew(
     from mlpipe import deployments, monitoring
 
     settings = state.settings()
-    feed = deployments.history_feed(settings)
+    feed = deployments.history_feed(settings, console.status)
     result = monitoring.skew(
         settings, name, window, sample=sample, notify=console.status, history=feed, version=version
     )
@@ -206,7 +209,7 @@ def analyze(
     from mlpipe import deployments, monitoring
 
     settings = state.settings()
-    feed = deployments.history_feed(settings)
+    feed = deployments.history_feed(settings, console.status)
     result = monitoring.analyze(
         settings, name, window, notify=console.status, history=feed, version=version
     )

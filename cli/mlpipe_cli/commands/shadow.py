@@ -40,7 +40,7 @@ def analyze(
     settings = state.settings()
     result = monitoring.analyze_shadow(
         settings, name, window, version=version, top=top, notify=console.status,
-        history=deployments.history_feed(settings),
+        history=deployments.history_feed(settings, console.status),
     )  # fmt: skip
     if as_json:
         console.print_json(result.to_dict())

@@ -53,7 +53,7 @@ def sync(
     from mlpipe import deployments, warehouse
 
     settings = state.settings()
-    feed = deployments.history_feed(settings)
+    feed = deployments.history_feed(settings, console.status)
     result = warehouse.sync(settings, notify=console.status, history=feed)
     if follow:
         _follow(settings, metrics_port)
@@ -306,7 +306,7 @@ def load(
         tolerance_s=tolerance,
         tenant=tenant,
         sync_first=True,
-        history=deployments.history_feed(settings),
+        history=deployments.history_feed(settings, console.status),
         classes=partial(registry.classes_of, settings),
     )
     if result.unknown_labels:

@@ -9,7 +9,7 @@ Every call opens the database only for as long as it needs it and waits
 from mlpipe.warehouse._engine import Notify, read, write
 from mlpipe.warehouse._figures import ArmFigures, arm_figures
 from mlpipe.warehouse._kafka import PartitionLag, follow, topic_lag
-from mlpipe.warehouse._mirror import DeploymentChange, HistorySource
+from mlpipe.warehouse._mirror import DeploymentChange, HistorySource, mirrored_generations
 from mlpipe.warehouse._outcomes import ACCEPTED_COLUMNS, OutcomesResult, load_outcomes
 from mlpipe.warehouse._read import (
     PredictionWindow,
@@ -72,6 +72,7 @@ __all__ = [
     "load_outcomes",
     "log_usage",
     "metadata",
+    "mirrored_generations",
     "models_in_warehouse",
     "parse_segment",
     "prediction_window",

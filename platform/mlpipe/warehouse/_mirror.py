@@ -3,24 +3,27 @@
 The control plane stays the source of truth; the mirror lets SQL over the
 warehouse put predictions next to the deployment that served them (join on
 model and generation). Rows are keyed by (model, generation), and generations
-only grow, so a sync asks its :data:`HistorySource` only for the history newer
-than what is mirrored. The warehouse does not read the control plane itself:
-the caller (a layer above, :func:`mlpipe.deployments.history_feed`) hands the
-history in.
+only grow, so the caller reads only the history newer than what is mirrored
+(:func:`mirrored_generations`). The warehouse neither reads the control plane
+nor calls back into the layer that does: the caller (a layer above,
+:func:`mlpipe.deployments.history_feed`) reads the history and hands it to
+:func:`mlpipe.warehouse.sync` as data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
-from mlpipe.warehouse import _schema
+from mlpipe.warehouse import _engine, _schema
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from mlpipe.config import Settings
 
 
 class DeploymentChange(Protocol):
@@ -52,22 +55,27 @@ class DeploymentChange(Protocol):
     def reason(self) -> str | None: ...
 
 
-# Given the newest generation mirrored per model (absent: none), the changes after it.
-HistorySource = Callable[[Mapping[str, int]], Iterable[DeploymentChange]]
+# The control plane's changes a sync mirrors: those after :func:`mirrored_generations`
+# (older ones, or ones mirrored meanwhile, are left out by their key).
+HistorySource = Iterable[DeploymentChange]
 
 
-def mirrored_generations(conn: Connection) -> dict[str, int]:
-    d = _schema.deployments
-    rows = conn.execute(sa.select(d.c.model, sa.func.max(d.c.generation)).group_by(d.c.model))
-    return {str(model): int(generation) for model, generation in rows}
+def mirrored_generations(
+    settings: Settings, notify: _engine.Notify | None = None
+) -> dict[str, int]:
+    """The newest generation the warehouse mirrors per model (a model it lacks: absent).
 
-
-def pending_rows(history: HistorySource, mirrored: Mapping[str, int]) -> list[dict[str, Any]]:
-    """The changes ``history`` gives after ``mirrored``, as ``deployments`` table values.
-
-    Raises what the source raises (:class:`StoreUnavailable` when the control plane is down).
+    Raises :class:`StoreUnavailable` when the warehouse cannot be read.
     """
-    return [_row(change) for change in history(mirrored)]
+    d = _schema.deployments
+    with _engine.read(settings, notify) as conn:
+        rows = conn.execute(sa.select(d.c.model, sa.func.max(d.c.generation)).group_by(d.c.model))
+        return {str(model): int(generation) for model, generation in rows}
+
+
+def table_rows(history: HistorySource) -> list[dict[str, Any]]:
+    """The changes of ``history`` as ``deployments`` table values."""
+    return [_row(change) for change in history]
 
 
 def _row(change: DeploymentChange) -> dict[str, Any]:

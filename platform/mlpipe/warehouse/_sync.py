@@ -266,13 +266,14 @@ def sync(
 ) -> SyncResult:
     """Load every prediction-log segment under ``settings.predlog_path`` into ``predictions``.
 
-    With ``history`` (the control plane's, :func:`mlpipe.deployments.history_feed`)
-    it also mirrors the deployment changes the warehouse lacks into
-    ``deployments``. Idempotent: running it again (or replaying a segment) adds
-    no rows. Closed segments already loaded whole are not re-read. Lines that
-    are not whole records are skipped and listed in the result. Raises
-    :class:`StoreUnavailable` when the warehouse stays locked past the lock
-    timeout, and what ``history`` raises (the control plane unavailable).
+    With ``history`` (the control plane's changes after
+    :func:`mlpipe.warehouse.mirrored_generations`, as
+    :func:`mlpipe.deployments.history_feed` reads them) it also mirrors the
+    changes the warehouse lacks into ``deployments``. Idempotent: running it
+    again (or replaying a segment) adds no rows. Closed segments already loaded
+    whole are not re-read. Lines that are not whole records are skipped and
+    listed in the result. Raises :class:`StoreUnavailable` when the warehouse
+    stays locked past the lock timeout.
 
     One write connection does it all, so the warehouse is opened once. Each
     chunk of closed segments commits on its own: an interrupted sync keeps the
@@ -287,12 +288,10 @@ def sync(
     now = datetime.now(UTC).replace(tzinfo=None)
     dialect = _dialects.dialect_for(settings.warehouse)
     seg = _schema.segments
+    changes = _mirror.table_rows(history or ())
     with _engine.writer(settings, notify) as conn:
         with conn.begin():
             seen = {row.path: row.size for row in conn.execute(sa.select(seg.c.path, seg.c.size))}
-            changes = []
-            if history is not None:
-                changes = _mirror.pending_rows(history, _mirror.mirrored_generations(conn))
         closed, open_ = _changed(root, seen, result)
         for chunk in chunks(closed):
             _load_closed(conn, chunk, root, result, now, dialect)
