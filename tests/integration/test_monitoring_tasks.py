@@ -291,8 +291,9 @@ def test_regression_drift_compares_predicted_values(stack: Any) -> None:
     (arm,) = monitoring.drift(stack, "house", "1h", arm="champion").arms
     prediction = next(c for c in arm.columns if c.column == "prediction")
     assert prediction.method == "wasserstein" and prediction.status == "ok"
-    assert arm.quality is not None and arm.quality["task"] == "regression"
-    assert arm.quality["mae"] < 6 and "mae" in arm.quality["evidently"]
+    assert arm.quality is not None and arm.quality.task == "regression"
+    mae = arm.quality.figures["mae"]
+    assert mae is not None and mae < 6 and "mae" in (arm.quality.evidently or {})
     assert arm.verdict == "ok", arm.alarms
 
 

@@ -15,6 +15,7 @@ from mlpipe.monitoring._calibration import (
     size_bucket,
 )
 from mlpipe.monitoring._calibration import distance as drift_distance
+from mlpipe.monitoring._calibration_statement import CalibrationStatement, thresholds_text
 from mlpipe.monitoring._canary import (
     CanaryAnalysis,
     CanaryCheck,
@@ -22,16 +23,11 @@ from mlpipe.monitoring._canary import (
     analyze,
     latest_canary_verdict,
 )
-from mlpipe.monitoring._drift import (
-    ArmDrift,
-    ColumnDrift,
-    DriftOutcome,
-    DriftVerdict,
-    arm_title,
-    drift,
-    quality_lines,
-    thresholds_text,
-)
+from mlpipe.monitoring._drift import drift
+from mlpipe.monitoring._drift_report import arm_title, quality_lines
+from mlpipe.monitoring._drift_verdict import ArmDrift, DriftVerdict
+from mlpipe.monitoring._judgement import ColumnDrift, DriftOutcome
+from mlpipe.monitoring._quality_section import QualitySection
 from mlpipe.monitoring._screen import SkippedColumn, screen
 from mlpipe.monitoring._shadow import Disagreement, ShadowAnalysis, analyze_shadow
 from mlpipe.monitoring._skew import (
@@ -50,6 +46,7 @@ __all__ = [
     "NullCache",
     "AlertResult",
     "ArmDrift",
+    "CalibrationStatement",
     "CanaryAnalysis",
     "CanaryCheck",
     "CanaryOutcome",
@@ -58,6 +55,7 @@ __all__ = [
     "Disagreement",
     "DriftVerdict",
     "FeatureSkew",
+    "QualitySection",
     "ShadowAnalysis",
     "SkewExample",
     "SkewOutcome",

@@ -25,7 +25,8 @@ of negatives left unflagged) is judged here.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,15 +40,13 @@ MARGIN = lm.MARGINS["recall"]
 _PREFIX, _SUFFIX = "recall[", "]"
 
 
-class RegisteredRecall(float):
-    """A class's registered recall, and the labelled rows it was measured on (0: unknown)."""
+@dataclass(frozen=True, kw_only=True)
+class RegisteredRecall:
+    """A class's registered recall (NaN: register had no row of it), and the labelled rows
+    of the class it was measured on (0: unknown)."""
 
-    rows: int
-
-    def __new__(cls, value: float, rows: int = 0) -> RegisteredRecall:
-        figure = super().__new__(cls, value)
-        figure.rows = rows
-        return figure
+    value: float
+    support: int = 0
 
 
 def key(name: object) -> str:
@@ -62,18 +61,19 @@ def class_of(metric: str) -> str | None:
     return None
 
 
-def registered(info: VersionInfo) -> dict[str, float]:
-    """The recall register measured for each class judged (a :class:`RegisteredRecall`,
-    with its rows), under :func:`key`, in the version's class order (multiclass: every
-    class; binary: class 0), NaN for a class it had no row of; empty for a version that
-    records none (a regression, or one registered before it was measured)."""
+def registered(info: VersionInfo) -> dict[str, RegisteredRecall]:
+    """The recall register measured for each class judged, with its support, under
+    :func:`key`, in the version's class order (multiclass: every class; binary: class 0),
+    NaN for a class it had no row of; empty for a version that records none (a regression,
+    or one registered before it was measured)."""
     recall, rows = info.class_recall, info.class_support
     if not recall:
         return {}
     spec = info.task
     classes = spec.classes[:1] if spec.task == "binary" else spec.classes
     return {
-        key(c): RegisteredRecall(recall.get(str(c), math.nan), rows.get(str(c), 0)) for c in classes
+        key(c): RegisteredRecall(value=recall.get(str(c), math.nan), support=rows.get(str(c), 0))
+        for c in classes
     }
 
 
@@ -81,7 +81,7 @@ def compare(
     predicted: np.ndarray,
     y: np.ndarray,
     clusters: np.ndarray,
-    baseline: dict[str, float],
+    baseline: Mapping[str, RegisteredRecall],
     alpha: float,
     widen: Collection[str] = (),
 ) -> tuple[dict[str, float | None], list[lm.MetricComparison]]:
@@ -89,7 +89,7 @@ def compare(
     row) and its comparison with ``baseline``'s class keys, which are taken to be classes
     0, 1, ... in order (as :func:`registered` gives them). A class key in ``widen`` was
     measured on the training data: its margin is :func:`lm.training_factor` times wider.
-    A baseline that knows its rows (:class:`RegisteredRecall`) adds its sampling error."""
+    A baseline that knows its support adds its sampling error."""
     keys = [k for k in baseline if class_of(k) is not None]
     if not keys:
         return {}, []
@@ -102,7 +102,7 @@ def compare(
         draws = _ratio(w @ hit.astype(float), w @ in_class.astype(float))
         window = float(hit.sum() / in_class.sum()) if in_class.any() else math.nan
         figures[str(class_of(metric))] = None if math.isnan(window) else window
-        base = float(baseline[metric])
+        base = float(baseline[metric].value)
         reference = _baseline_draws(baseline[metric], len(draws), index)
         margin = MARGIN * (lm.training_factor(metric) if metric in widen else 1.0)
         support = len(np.unique(clusters[in_class]))
@@ -113,14 +113,14 @@ def compare(
     return figures, out
 
 
-def _baseline_draws(figure: float, draws: int, seed: int) -> np.ndarray | float:
-    """The registered recall, or (its rows known) draws of it from its sampling error."""
-    rows = getattr(figure, "rows", 0)
-    if not rows or math.isnan(figure):
-        return float(figure)
-    p = min(max(float(figure), 0.5 / rows), 1 - 0.5 / rows)  # 0 or 1 still has an error
+def _baseline_draws(figure: RegisteredRecall, draws: int, seed: int) -> np.ndarray | float:
+    """The registered recall, or (its support known) draws of it from its sampling error."""
+    value, rows = float(figure.value), figure.support
+    if not rows or math.isnan(value):
+        return value
+    p = min(max(value, 0.5 / rows), 1 - 0.5 / rows)  # 0 or 1 still has an error
     spread = math.sqrt(p * (1 - p) / rows)
-    return float(figure) + np.random.default_rng(seed).normal(0.0, spread, draws)
+    return value + np.random.default_rng(seed).normal(0.0, spread, draws)
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:

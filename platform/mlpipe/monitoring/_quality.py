@@ -1,29 +1,22 @@
-"""Prediction drift against the version's own scores, and quality against its registered metrics.
+"""Quality against the version's registered metrics, on the labelled rows of a window.
 
-Prediction drift compares what the version served with what the *same
-version* scores on its reference: the reference's features are scored with
-the verified model on first use (the registry stores the reference's inputs,
-not its scores) and the scores cached beside the null distributions. Training
-labels are not a reference for scores: a model's positive rate is not the
-base rate.
-
-Quality: with outcomes in the window, the task's metrics with entity-clustered
+With outcomes in the window, the task's metrics with entity-clustered
 bootstrap intervals (binary: AUC, recall and precision at the version's
 threshold and log loss, :mod:`._label_metrics`; multiclass: accuracy, macro F1,
 log loss; regression: MAE, RMSE, bias, :mod:`._task_metrics`; a classifier's
 recall of each class, :mod:`._class_recall`), against the metrics registered
 with the version (measured by register on its training data or a holdout, or
-given). A metric whose whole one-sided 99 % interval is worse than the
-registered value by more than its margin is a ``quality`` alarm.
+given): :class:`RegisteredMetrics`. A metric whose whole one-sided 99 % interval
+is worse than the registered value by more than its margin is a ``quality``
+alarm. The result is a :class:`._quality_section.QualitySection`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlpipe import registry
 from mlpipe.config import Settings
@@ -31,7 +24,13 @@ from mlpipe.errors import NotFound
 from mlpipe.monitoring import _class_recall as cr
 from mlpipe.monitoring import _label_metrics as lm
 from mlpipe.monitoring import _task_metrics as tm
-from mlpipe.monitoring._calibration import MIN_EFFECT, reference_digest, safe_name, severity
+from mlpipe.monitoring._quality_section import (
+    INSUFFICIENT,
+    NO_BASELINE,
+    NOT_JUDGED,
+    QualitySection,
+)
+from mlpipe.monitoring._registered import METRICS_MEASURED
 from mlpipe.tasks import Task, TaskSpec
 from mlpipe.windows import duration_text
 
@@ -52,71 +51,24 @@ _REGISTERED = {
     "rmse": ("rmse",),
     "bias": ("bias",),
 }
+_NO_METRICS = "the version has no registered metrics to compare with"
 
 
-@dataclass(frozen=True)
-class ReferenceScores:
-    scores: np.ndarray
-    threshold: float
+@dataclass(frozen=True, kw_only=True)
+class RegisteredMetrics:
+    """What a version is judged against: its task's metrics (NaN where absent), then each
+    class's recall (:func:`._class_recall.registered`, classes in order)."""
 
-    @property
-    def positive_rate(self) -> float:
-        return float((self.scores >= self.threshold).mean())
+    metrics: dict[str, float]
+    class_recall: dict[str, cr.RegisteredRecall] = field(default_factory=dict)
 
+    def missing(self) -> list[str]:
+        """The metrics without a figure, in order: they are not judged."""
+        values = {**self.metrics, **{k: r.value for k, r in self.class_recall.items()}}
+        return [k for k, v in values.items() if math.isnan(v)]
 
-def reference_scores(
-    settings: Settings, model: str, version: str, reference: pd.DataFrame, folder: Path
-) -> ReferenceScores:
-    """The version's scores on its reference, cached; raises MlpipeError if it cannot load."""
-    import numpy as np
-
-    path = (
-        folder / safe_name(model) / safe_name(version) / f"scores-{reference_digest(reference)}.npz"
-    )
-    if path.exists():
-        cached = np.load(path)
-        return ReferenceScores(cached["scores"], float(cached["threshold"]))
-    loaded = registry.load_verified(settings, model, version)
-    scores = np.asarray(loaded.predict_scores(loaded.inputs_from(reference)), dtype=float)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, scores=scores, threshold=np.array(loaded.threshold))
-    tmp.replace(path)
-    return ReferenceScores(scores, loaded.threshold)
-
-
-@dataclass(frozen=True)
-class RateTest:
-    """Served positive rate against the reference's, with the cluster design effect."""
-
-    window_rate: float
-    reference_rate: float
-    z: float
-    critical: float
-    effect: float  # Cohen's h
-    significant: bool
-    drifted: bool
-    severity: str | None
-
-
-def positive_rate_test(
-    flagged: np.ndarray, design: float, reference_rate: float, reference_rows: int, alpha: float
-) -> RateTest:
-    """Two-proportion z-test (window variance inflated by ``design``), effect Cohen's h."""
-    from scipy.stats import norm
-
-    n = len(flagged)
-    rate = float(flagged.mean())
-    p = min(max(reference_rate, 0.5 / reference_rows), 1 - 0.5 / reference_rows)
-    se = math.sqrt(p * (1 - p) * (design / n + 1 / reference_rows))
-    z = (rate - reference_rate) / se
-    critical = float(norm.isf(alpha / 2))
-    h = abs(2 * math.asin(math.sqrt(rate)) - 2 * math.asin(math.sqrt(reference_rate)))
-    significant = abs(z) > critical
-    drifted = significant and h >= MIN_EFFECT
-    return RateTest(
-        rate, reference_rate, z, critical, h, significant, drifted, severity(h) if drifted else None
-    )
+    def count(self) -> int:
+        return len(self.metrics) + len(self.class_recall)
 
 
 def version_task(settings: Settings, model: str, version: str | None) -> TaskSpec:
@@ -135,18 +87,17 @@ def version_task(settings: Settings, model: str, version: str | None) -> TaskSpe
 
 def registered_metrics(
     settings: Settings, model: str, version: str, task: Task = "binary"
-) -> dict[str, float]:
+) -> RegisteredMetrics:
     """The version's registered metrics under the task's metric names (NaN where absent;
-    binary: :data:`lm.METRICS`, else :data:`tm.METRICS`), then its per-class recall where
-    it records one (:func:`._class_recall.registered`, classes in order)."""
+    binary: :data:`lm.METRICS`, else :data:`tm.METRICS`), and its per-class recall where
+    it records one."""
     info = registry.show(settings, f"{model}/{version}")
     tags = info.metrics
     out = {}
     for metric in tm.METRICS[task]:
         found = [tags[n] for n in _REGISTERED[metric] if n in tags]
         out[metric] = float(found[0]) if found else float("nan")
-    out.update(cr.registered(info))
-    return out
+    return RegisteredMetrics(metrics=out, class_recall=cr.registered(info))
 
 
 def measured_metrics(settings: Settings, model: str, version: str) -> frozenset[str]:
@@ -156,48 +107,53 @@ def measured_metrics(settings: Settings, model: str, version: str) -> frozenset[
     info = registry.show(settings, f"{model}/{version}")
     if info.baseline_on_holdout:
         return frozenset()
-    names = info.tags.get(_METRICS_MEASURED, "")
+    names = info.tags.get(METRICS_MEASURED, "")
     return frozenset(n for n in names.split(",") if n) | frozenset(cr.registered(info))
 
 
-_METRICS_MEASURED = "mlpipe.metrics_measured"
+def _widened_note(comparisons: list[lm.MetricComparison], widen: frozenset[str]) -> str:
+    judged = sorted(widen & {c.metric for c in comparisons})
+    if not judged:
+        return ""
+    return (
+        f"{', '.join(judged)} judged against the version's own figures on its "
+        "registration dataset (optimistic): only a collapse alarms (margins "
+        f"x{lm.TRAINING_MARGIN_FACTOR:g}, x{lm.TRAINING_RELATIVE_FACTOR:g} for relative "
+        "ones); register with --eval-dataset (a holdout) for a tight check"
+    )
 
 
-def _widened_note(out: dict[str, Any], widen: frozenset[str]) -> None:
-    judged = sorted(widen & {c["metric"] for c in out.get("metrics", [])})
-    if judged:
-        out["baseline_note"] = (
-            f"{', '.join(judged)} judged against the version's own figures on its "
-            "registration dataset (optimistic): only a collapse alarms (margins "
-            f"x{lm.TRAINING_MARGIN_FACTOR:g}, x{lm.TRAINING_RELATIVE_FACTOR:g} for relative "
-            "ones); register with --eval-dataset (a holdout) for a tight check"
-        )
+def _too_few(labelled: int, min_labels: int) -> str:
+    return f"{labelled} labelled request(s) (< {min_labels}): not judged"
+
+
+def _finite(point: dict[str, float]) -> dict[str, float | None]:
+    return {k: (None if math.isnan(v) else v) for k, v in point.items()}
 
 
 def quality(
     rows: pd.DataFrame,
     clusters: np.ndarray,
-    registered: dict[str, float] | None,
+    registered: RegisteredMetrics | None,
     min_labels: int,
     widen: frozenset[str] = frozenset(),
-) -> dict[str, Any]:
-    """The quality section of an arm: figures, comparisons, label lag, and the alarms.
+) -> QualitySection:
+    """The quality section of a binary arm: figures, comparisons, label lag, and the alarms.
 
     ``registered``: the version's metrics (:func:`registered_metrics`), None when unknown.
     """
-    import numpy as np
-
     labelled = rows["outcome"].notna().to_numpy()
-    out: dict[str, Any] = {"labelled_rows": int(labelled.sum()), "rows": len(rows), "alarms": []}
-    out["label_lag"] = label_lag(rows, labelled)
-    if labelled.sum() < min_labels:
-        out["status"] = "insufficient"
-        out["note"] = f"{int(labelled.sum())} labelled request(s) (< {min_labels}): not judged"
-        return out
+    n = int(labelled.sum())
+    lag = label_lag(rows, labelled)
+    if n < min_labels:
+        return QualitySection(
+            labelled_rows=n, rows=len(rows), label_lag=lag, status=INSUFFICIENT,
+            note=_too_few(n, min_labels),
+        )  # fmt: skip
     if registered is None:
-        out["status"] = "not judged"
-        out["note"] = "the version has no registered metrics to compare with"
-        return out
+        return QualitySection(
+            labelled_rows=n, rows=len(rows), label_lag=lag, status=NOT_JUDGED, note=_NO_METRICS
+        )
     part = rows[labelled]
     scored = lm.Scored(
         part["score"].to_numpy(dtype=float),
@@ -206,45 +162,46 @@ def quality(
         clusters[labelled],
     )
     draws = lm.weighted_metrics(scored, lm.cluster_weights(scored.clusters, lm.BOOTSTRAP_DRAWS))
-    deltas = {k: draws[k] - registered[k] for k in lm.METRICS}
+    deltas = {k: draws[k] - registered.metrics[k] for k in lm.METRICS}
     point = lm.point_metrics(scored)
     comparisons = lm.compare(
-        deltas, registered, point, lm.support(scored), alpha=QUALITY_ALPHA, widen=widen
+        deltas, registered.metrics, point, lm.support(scored), alpha=QUALITY_ALPHA, widen=widen
     )
     per_class, judged = cr.compare(
-        scored.flagged.astype(int), scored.y, scored.clusters, registered, QUALITY_ALPHA, widen
-    )
+        scored.flagged.astype(int), scored.y, scored.clusters, registered.class_recall,
+        QUALITY_ALPHA, widen,
+    )  # fmt: skip
     comparisons += judged
-    if per_class:
-        out["class_recall"] = per_class
-    out["metrics"] = [c.__dict__ for c in comparisons]
-    out["alarms"] = [c.metric for c in comparisons if c.worse]
-    out["status"] = _status(out, registered)
-    _widened_note(out, widen)
-    out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
-    return out
+    status, note = _status(comparisons, registered)
+    return QualitySection(
+        labelled_rows=n, rows=len(rows), label_lag=lag, status=status, note=note,
+        alarms=_alarms(comparisons), figures=_finite(point), class_recall=per_class,
+        metrics=comparisons, baseline_note=_widened_note(comparisons, widen),
+    )  # fmt: skip
 
 
-NO_BASELINE = "no baseline"
+def _alarms(comparisons: list[lm.MetricComparison]) -> list[str]:
+    return [c.metric for c in comparisons if c.worse]
 
 
-def _status(out: dict[str, Any], registered: dict[str, float]) -> str:
+def _status(
+    comparisons: list[lm.MetricComparison], registered: RegisteredMetrics
+) -> tuple[str, str]:
     """``quality`` (an alarm), ``ok``, or ``no baseline`` where no registered metric is
-    known: a check against nothing is not a pass. Notes the metrics without one."""
-    missing = [k for k, v in registered.items() if math.isnan(v)]
-    if out["alarms"]:
+    known: a check against nothing is not a pass; and the note naming the metrics without
+    one ("" where every metric had one)."""
+    missing = registered.missing()
+    if _alarms(comparisons):
         status = "quality"
-    elif len(missing) == len(registered):
-        out["note"] = (
+    elif len(missing) == registered.count():
+        note = (
             "no baseline: the version has no registered metrics to judge these labels "
             "against (register it again to record its metrics on its dataset, or give --metric)"
         )
-        return NO_BASELINE
+        return NO_BASELINE, note
     else:
         status = "ok"
-    if missing:
-        out["note"] = f"no baseline for {', '.join(missing)}: not judged"
-    return status
+    return status, (f"no baseline for {', '.join(missing)}: not judged" if missing else "")
 
 
 def alarm_text(metric: str) -> str:
@@ -261,56 +218,50 @@ def alarm_text(metric: str) -> str:
 def task_quality(
     rows: pd.DataFrame,
     clusters: np.ndarray,
-    registered: dict[str, float] | None,
+    registered: RegisteredMetrics | None,
     min_labels: int,
     spec: TaskSpec,
     widen: frozenset[str] = frozenset(),
-) -> tuple[dict[str, Any], tm.Labelled | None]:
+) -> tuple[QualitySection, tm.Labelled | None]:
     """:func:`quality` for a multiclass or regression version: the task's metrics on the
     labelled rows (:mod:`._task_metrics`), judged against its registered metrics; also the
     labelled rows (None when too few) for Evidently's report."""
-    import numpy as np
-
     given = rows["outcome_label"].to_numpy() if "outcome_label" in rows else None
     truth = tm.task_outcomes(spec, rows["outcome"].to_numpy(dtype=float), given)
     labelled = truth.labelled
     if spec.task == "multiclass":
         labelled &= rows["probabilities"].notna().to_numpy()
     n = int(labelled.sum())
-    out: dict[str, Any] = {"labelled_rows": n, "rows": len(rows), "alarms": [], "task": spec.task}
-    out["label_lag"] = label_lag(rows, labelled)
-    if note := truth.note(spec.task):
-        out["unusable_labels"] = truth.unusable
-        out["labels_note"] = note
+    section = QualitySection(
+        task=spec.task, labelled_rows=n, rows=len(rows), label_lag=label_lag(rows, labelled),
+        unusable_labels=truth.unusable, labels_note=truth.note(spec.task),
+        status=INSUFFICIENT, note=_too_few(n, min_labels),
+    )  # fmt: skip
     if n < min_labels:
-        out["status"] = "insufficient"
-        out["note"] = f"{n} labelled request(s) (< {min_labels}): not judged"
-        return out, None
+        return section, None
     if spec.task == "multiclass":
         output = tm.stacked(rows["probabilities"].to_numpy()[labelled])
     else:
         output = rows["score"].to_numpy(dtype=float)[labelled]
     scored = tm.Labelled(output, truth.y[labelled], clusters[labelled])
-    known = registered or dict.fromkeys(tm.METRICS[spec.task], float("nan"))
+    known = registered.metrics if registered else dict.fromkeys(tm.METRICS[spec.task], math.nan)
     point, comparisons = tm.against_registered(spec.task, scored, known, QUALITY_ALPHA, widen)
-    out.update({k: (None if np.isnan(v) else v) for k, v in point.items()})
     if registered is None:
-        out["status"] = "not judged"
-        out["note"] = "the version has no registered metrics to compare with"
-        return out, scored
+        return replace(section, figures=_finite(point), status=NOT_JUDGED, note=_NO_METRICS), scored
+    per_class: dict[str, float | None] = {}
     if spec.task == "multiclass":
         per_class, judged = cr.compare(
-            output.argmax(axis=1), scored.y.astype(int), scored.clusters, registered,
-            QUALITY_ALPHA, widen,
+            output.argmax(axis=1), scored.y.astype(int), scored.clusters,
+            registered.class_recall, QUALITY_ALPHA, widen,
         )  # fmt: skip
         comparisons += judged
-        if per_class:
-            out["class_recall"] = per_class
-    out["metrics"] = [c.__dict__ for c in comparisons]
-    out["alarms"] = [c.metric for c in comparisons if c.worse]
-    out["status"] = _status(out, registered)
-    _widened_note(out, widen)
-    return out, scored
+    status, note = _status(comparisons, registered)
+    judged_section = replace(
+        section, figures=_finite(point), status=status, note=note, alarms=_alarms(comparisons),
+        class_recall=per_class, metrics=comparisons,
+        baseline_note=_widened_note(comparisons, widen),
+    )  # fmt: skip
+    return judged_section, scored
 
 
 def label_lag(rows: pd.DataFrame, labelled: np.ndarray) -> str:
@@ -323,3 +274,16 @@ def label_lag(rows: pd.DataFrame, labelled: np.ndarray) -> str:
         f"outcomes for {int(labelled.sum())} of {len(rows)} request(s); the newest labelled "
         f"request is {duration_text(gap.total_seconds())} older than the newest request"
     )
+
+
+__all__ = [
+    "QUALITY_ALPHA",
+    "RegisteredMetrics",
+    "alarm_text",
+    "label_lag",
+    "measured_metrics",
+    "quality",
+    "registered_metrics",
+    "task_quality",
+    "version_task",
+]

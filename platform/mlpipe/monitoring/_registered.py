@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 LABEL_TAG = "mlpipe.label"
-_MEASURED = "mlpipe.metrics_measured"
+METRICS_MEASURED = "mlpipe.metrics_measured"
 _MEASURED_ON = "mlpipe.metrics_on"
 _CLASS_RECALL = "mlpipe.class_recall"
 # What an outcome column is called where the version does not name its label.
@@ -37,7 +37,7 @@ def baseline_words(tags: Mapping[str, str] | None, metrics: Sequence[Mapping[str
     if not judged:
         return ""
     tags = tags or {}
-    measured_names = {n for n in tags.get(_MEASURED, "").split(",") if n}
+    measured_names = {n for n in tags.get(METRICS_MEASURED, "").split(",") if n}
     measured = [
         m
         for m in judged
@@ -57,4 +57,4 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and value == value and abs(value) != float("inf")
 
 
-__all__ = ["LABEL_TAG", "OUTCOME", "baseline_words", "label_name"]
+__all__ = ["LABEL_TAG", "METRICS_MEASURED", "OUTCOME", "baseline_words", "label_name"]

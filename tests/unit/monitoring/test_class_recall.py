@@ -17,7 +17,7 @@ import pytest
 
 from mlpipe.monitoring import _class_recall as cr
 from mlpipe.monitoring import _quality
-from mlpipe.monitoring._quality import alarm_text, quality, task_quality
+from mlpipe.monitoring._quality import RegisteredMetrics, alarm_text, quality, task_quality
 from mlpipe.registry import VersionInfo
 from mlpipe.tasks import TaskSpec
 
@@ -50,18 +50,24 @@ def _window(
     return frame, rng.integers(0, rows // 4, rows)
 
 
-def _baseline(**recall: float) -> dict[str, float]:
+def _baseline(support: int = 0, **recall: float) -> RegisteredMetrics:
     figures = {"accuracy": 0.9, "macro_f1": 0.9, "log_loss": 0.4}
-    return {**figures, **{cr.key(c): recall.get(c, 0.9) for c in CLASSES}}
+    per_class = {
+        cr.key(c): cr.RegisteredRecall(
+            value=recall.get(c, 0.9), support=support if c in recall else 0
+        )
+        for c in CLASSES
+    }
+    return RegisteredMetrics(metrics=figures, class_recall=per_class)
 
 
 def test_a_collapsed_class_alarms_by_its_name() -> None:
     rows, clusters = _window(3000, collapsed=2)
     figures, _ = task_quality(rows, clusters, _baseline(), 100, SPEC)
-    assert "recall[virginica]" in figures["alarms"], figures["metrics"]
-    assert "recall[setosa]" not in figures["alarms"]
-    assert figures["status"] == "quality"
-    assert figures["class_recall"]["virginica"] == 0.0
+    assert "recall[virginica]" in figures.alarms, figures.metrics
+    assert "recall[setosa]" not in figures.alarms
+    assert figures.status == "quality"
+    assert figures.class_recall["virginica"] == 0.0
     assert alarm_text("recall[virginica]") == (
         "quality: recall of class 'virginica' below the registered value"
     )
@@ -70,10 +76,10 @@ def test_a_collapsed_class_alarms_by_its_name() -> None:
 def test_a_clean_window_passes_every_class() -> None:
     rows, clusters = _window(3000, collapsed=None, seed=1)
     figures, _ = task_quality(rows, clusters, _baseline(), 100, SPEC)
-    assert figures["alarms"] == [], figures["metrics"]
-    assert figures["status"] == "ok"
-    assert set(figures["class_recall"]) == set(CLASSES)
-    assert all(0.85 < v < 0.95 for v in figures["class_recall"].values())
+    assert figures.alarms == [], figures.metrics
+    assert figures.status == "ok"
+    assert set(figures.class_recall) == set(CLASSES)
+    assert all(0.85 < v < 0.95 for v in figures.class_recall.values())
 
 
 def test_a_baseline_measured_on_training_data_alarms_only_on_a_collapse() -> None:
@@ -83,21 +89,21 @@ def test_a_baseline_measured_on_training_data_alarms_only_on_a_collapse() -> Non
     keys = frozenset(cr.key(c) for c in CLASSES)
     tight, _ = task_quality(rows, clusters, optimistic, 100, SPEC)
     wide, _ = task_quality(rows, clusters, optimistic, 100, SPEC, widen=keys)
-    assert "recall[virginica]" in tight["alarms"]  # a holdout figure: margin 0.05
-    assert wide["alarms"] == []  # training data: margin 0.25
-    assert "recall[virginica]" in wide["baseline_note"]
+    assert "recall[virginica]" in tight.alarms  # a holdout figure: margin 0.05
+    assert wide.alarms == []  # training data: margin 0.25
+    assert "recall[virginica]" in wide.baseline_note
     collapsed, clusters = _window(3000, collapsed=2, seed=2, shares=even)
     figures, _ = task_quality(collapsed, clusters, optimistic, 100, SPEC, widen=keys)
-    assert "recall[virginica]" in figures["alarms"]
-    assert "recall[setosa]" not in figures["alarms"]
+    assert "recall[virginica]" in figures.alarms
+    assert "recall[setosa]" not in figures.alarms
 
 
 def test_a_class_with_too_few_entities_is_not_judged() -> None:
     rows, clusters = _window(600, collapsed=2, seed=3, shares=(0.49, 0.5, 0.01))
     figures, _ = task_quality(rows, clusters, _baseline(), 100, SPEC)
-    virginica = next(m for m in figures["metrics"] if m["metric"] == "recall[virginica]")
+    virginica = next(m for m in figures.metric_dicts() if m["metric"] == "recall[virginica]")
     assert virginica["worse"] is None and virginica["support"] < 10
-    assert "recall[virginica]" not in figures["alarms"]
+    assert "recall[virginica]" not in figures.alarms
 
 
 def test_a_binary_model_that_flags_everyone_alarms_on_its_negative_class() -> None:
@@ -112,13 +118,14 @@ def test_a_binary_model_that_flags_everyone_alarms_on_its_negative_class() -> No
             "ts": pd.date_range("2026-01-01", periods=2000, freq="s"),
         }
     )
-    registered = {
-        "auc": 0.9, "recall": 0.9, "precision": 0.8, "log_loss": 0.4, cr.key("legit"): 0.95,
-    }  # fmt: skip
+    registered = RegisteredMetrics(
+        metrics={"auc": 0.9, "recall": 0.9, "precision": 0.8, "log_loss": 0.4},
+        class_recall={cr.key("legit"): cr.RegisteredRecall(value=0.95)},
+    )
     figures = quality(rows, rng.integers(0, 500, 2000), registered, 100)
-    assert "recall[legit]" in figures["alarms"]
-    assert figures["class_recall"] == {"legit": 0.0}
-    assert "recall" not in figures["alarms"]  # class 1's recall is fine
+    assert "recall[legit]" in figures.alarms
+    assert figures.class_recall == {"legit": 0.0}
+    assert "recall" not in figures.alarms  # class 1's recall is fine
 
 
 def _version(tags: dict[str, str]) -> VersionInfo:
@@ -135,7 +142,7 @@ def test_the_registered_recall_follows_the_class_order() -> None:
     )
     got = cr.registered(multiclass)
     assert list(got) == ["recall[setosa]", "recall[versicolor]", "recall[virginica]"]
-    assert got["recall[setosa]"] == 1.0 and math.isnan(got["recall[versicolor]"])
+    assert got["recall[setosa]"].value == 1.0 and math.isnan(got["recall[versicolor]"].value)
     binary = _version(
         {
             "mlpipe.task": "binary",
@@ -143,7 +150,8 @@ def test_the_registered_recall_follows_the_class_order() -> None:
             "mlpipe.class_recall": '{"legit": 0.97, "fraud": 0.7}',
         }
     )
-    assert cr.registered(binary) == {"recall[legit]": 0.97}  # fraud's is `recall`
+    # fraud's is `recall`; no class_support tag: its support is unknown
+    assert cr.registered(binary) == {"recall[legit]": cr.RegisteredRecall(value=0.97, support=0)}
     assert cr.registered(_version({"mlpipe.task": "regression"})) == {}
     assert cr.registered(_version({})) == {}  # registered before it was measured
 
@@ -169,11 +177,10 @@ def test_a_baseline_measured_on_few_rows_counts_its_own_error() -> None:
     rows, clusters = _window(3000, collapsed=None, seed=2, shares=(0.35, 0.35, 0.3))
     judged = {}
     for holdout_rows in (80, 5000):
-        baseline = _baseline()
-        baseline[cr.key("virginica")] = cr.RegisteredRecall(0.98, holdout_rows)
+        baseline = _baseline(holdout_rows, virginica=0.98)
         figures, _ = task_quality(rows, clusters, baseline, 100, SPEC)
-        judged[holdout_rows] = "recall[virginica]" in figures["alarms"]
-        virginica = next(m for m in figures["metrics"] if m["metric"] == "recall[virginica]")
+        judged[holdout_rows] = "recall[virginica]" in figures.alarms
+        virginica = next(m for m in figures.metric_dicts() if m["metric"] == "recall[virginica]")
         assert type(virginica["baseline"]) is float and virginica["baseline"] == 0.98
     assert judged == {80: False, 5000: True}
 
@@ -188,4 +195,4 @@ def test_the_registered_recall_carries_its_rows() -> None:
         }
     )
     (figure,) = cr.registered(info).values()
-    assert figure == 0.97 and getattr(figure, "rows", None) == 812
+    assert figure == cr.RegisteredRecall(value=0.97, support=812)

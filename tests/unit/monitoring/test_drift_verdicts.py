@@ -19,7 +19,10 @@ import pytest
 from mlpipe.config import load_settings
 from mlpipe.monitoring import _calibration as cal
 from mlpipe.monitoring import _drift
-from mlpipe.monitoring._quality import quality
+from mlpipe.monitoring._arm_window import ArmWindow
+from mlpipe.monitoring._drift_verdict import EXIT_CODES, ArmDrift
+from mlpipe.monitoring._quality import RegisteredMetrics, quality
+from mlpipe.monitoring._reference import Reference
 
 CUSTOMERS = 2000
 
@@ -57,12 +60,12 @@ FEATURES = ["account_age_days", "country_risk", "amount", "hour"]
 REFERENCE = _requests(5000, 99)
 
 
-def _ref() -> _drift._RefData:
+def _ref() -> Reference:
     frame = REFERENCE[FEATURES].assign(prediction=REFERENCE["score"])
-    return _drift._RefData(frame, float((REFERENCE["score"] >= 0.5).mean()))
+    return Reference(frame=frame, positive_rate=float((REFERENCE["score"] >= 0.5).mean()))
 
 
-def _window(frame: pd.DataFrame) -> _drift._Window:
+def _window(frame: pd.DataFrame) -> ArmWindow:
     rows = pd.DataFrame(
         {
             "version": "1",
@@ -73,7 +76,9 @@ def _window(frame: pd.DataFrame) -> _drift._Window:
         }
     )
     entities = "customer_id=" + frame["customer"].astype(str)
-    return _drift._Window(rows, frame[FEATURES], entities, len(frame), False)
+    return ArmWindow(
+        rows=rows, features=frame[FEATURES], entities=entities, total=len(frame), sampled=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +86,7 @@ def settings(tmp_path_factory: pytest.TempPathFactory):
     return load_settings(home=tmp_path_factory.mktemp("home"))
 
 
-def _judge(settings, frame: pd.DataFrame, tmp_path: Path) -> _drift.ArmDrift:  # type: ignore[no-untyped-def]
+def _judge(settings, frame: pd.DataFrame, tmp_path: Path) -> ArmDrift:  # type: ignore[no-untyped-def]
     return _drift._arm_result(settings, "fraud", "champion", _window(frame), _ref(), tmp_path, 0.01)
 
 
@@ -105,7 +110,7 @@ def test_a_tiny_arm_is_insufficient_never_drift(settings, tmp_path: Path) -> Non
     few["amount"] *= 3
     result = _judge(settings, few, tmp_path)
     assert result.entities == 12
-    assert result.verdict == "insufficient" and _drift.EXIT_CODES[result.verdict] == 0
+    assert result.verdict == "insufficient" and EXIT_CODES[result.verdict] == 0
 
 
 def test_amount_times_three_is_an_alarm_naming_amount(settings, tmp_path: Path) -> None:
@@ -134,15 +139,17 @@ def test_flipped_labels_for_a_segment_are_a_quality_verdict() -> None:
     rows = _window(frame).rows
     rows["outcome"] = frame["outcome"].to_numpy()
     registered = quality(rows, frame["customer"].to_numpy(), None, 100)
-    assert registered["status"] == "not judged"
-    point = {"auc": 0.80, "recall": np.nan, "precision": np.nan, "log_loss": 0.15}
+    assert registered.status == "not judged"
+    point = RegisteredMetrics(
+        metrics={"auc": 0.80, "recall": np.nan, "precision": np.nan, "log_loss": 0.15}
+    )
     clean = quality(rows, frame["customer"].to_numpy(), point, 100)
-    assert clean["status"] == "ok", clean["metrics"]
+    assert clean.status == "ok", clean.metrics
     high = (frame["country_risk"] == "high").to_numpy()
     rows.loc[high, "outcome"] = 1 - rows.loc[high, "outcome"]
     flipped = quality(rows, frame["customer"].to_numpy(), point, 100)
-    assert flipped["status"] == "quality" and flipped["alarms"], flipped["metrics"]
-    assert "outcomes for 3000 of 3000" in flipped["label_lag"]
+    assert flipped.status == "quality" and flipped.alarms, flipped.metrics
+    assert "outcomes for 3000 of 3000" in flipped.label_lag
 
 
 def test_numpy_null_statistic_is_evidentlys(settings, tmp_path: Path) -> None:

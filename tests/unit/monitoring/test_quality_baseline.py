@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mlpipe.monitoring._quality import alarm_text, quality, task_quality
+from mlpipe.monitoring._quality import RegisteredMetrics, alarm_text, quality, task_quality
 from mlpipe.tasks import TaskSpec
 
 
@@ -33,18 +33,18 @@ def _labelled(rows: int = 2000, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray
 def test_a_check_against_nan_baselines_says_no_baseline_not_ok() -> None:
     rows, clusters = _labelled()
     nothing = dict.fromkeys(("auc", "recall", "precision", "log_loss"), float("nan"))
-    figures = quality(rows, clusters, nothing, 100)
-    assert figures["status"] == "no baseline"
-    assert figures["alarms"] == []
-    assert figures["note"].startswith("no baseline: the version has no registered metrics")
+    figures = quality(rows, clusters, RegisteredMetrics(metrics=nothing), 100)
+    assert figures.status == "no baseline"
+    assert figures.alarms == []
+    assert figures.note.startswith("no baseline: the version has no registered metrics")
 
 
 def test_a_check_with_some_baselines_names_the_ones_it_lacks() -> None:
     rows, clusters = _labelled()
     some = {"auc": 0.70, "recall": float("nan"), "precision": float("nan"), "log_loss": 0.7}
-    figures = quality(rows, clusters, some, 100)
-    assert figures["status"] == "ok", figures["metrics"]
-    assert figures["note"] == "no baseline for recall, precision: not judged"
+    figures = quality(rows, clusters, RegisteredMetrics(metrics=some), 100)
+    assert figures.status == "ok", figures.metrics
+    assert figures.note == "no baseline for recall, precision: not judged"
 
 
 def test_a_regression_check_against_nan_baselines_says_no_baseline() -> None:
@@ -57,8 +57,11 @@ def test_a_regression_check_against_nan_baselines_says_no_baseline() -> None:
         }
     )
     nothing = dict.fromkeys(("mae", "rmse", "bias"), float("nan"))
-    figures, _ = task_quality(rows, rng.integers(0, 100, 500), nothing, 100, TaskSpec("regression"))
-    assert figures["status"] == "no baseline"
+    figures, _ = task_quality(
+        rows, rng.integers(0, 100, 500), RegisteredMetrics(metrics=nothing), 100,
+        TaskSpec("regression"),
+    )  # fmt: skip
+    assert figures.status == "no baseline"
 
 
 def test_alarm_wording_follows_the_metric_direction() -> None:

@@ -3,7 +3,9 @@ name, and the same lines on stdout and at the top of the HTML report (issue 28, 
 
 from __future__ import annotations
 
-from mlpipe.monitoring._drift import ArmDrift, quality_lines, verdict_banner
+from mlpipe.monitoring._drift_report import quality_lines, verdict_banner
+from mlpipe.monitoring._drift_verdict import ArmDrift
+from mlpipe.monitoring._quality_section import QualitySection
 from mlpipe.monitoring._registered import baseline_words, label_name
 
 MEASURED = {
@@ -36,12 +38,15 @@ def test_the_label_name_is_the_versions_else_the_outcome() -> None:
 
 
 def test_a_check_without_baseline_says_so_on_stdout_and_in_the_banner() -> None:
-    arm = ArmDrift("champion", "3", "ok", 500, 500, False, 800, 0.0)
-    arm.quality = {
-        "labelled_rows": 500, "status": "no baseline", "auc": 0.51, "task": "binary",
-        "label_lag": "outcomes for 500 of 500 request(s)",
-        "note": "no baseline: the version has no registered metrics to judge these labels against",
-    }  # fmt: skip
+    section = QualitySection(
+        labelled_rows=500, rows=500, status="no baseline", figures={"auc": 0.51},
+        label_lag="outcomes for 500 of 500 request(s)", metrics=[],
+        note="no baseline: the version has no registered metrics to judge these labels against",
+    )  # fmt: skip
+    arm = ArmDrift(
+        arm="champion", version="3", verdict="ok", rows=500, rows_tested=500, sampled=False,
+        reference_rows=800, drift_share=0.0, quality=section,
+    )  # fmt: skip
     lines = quality_lines(arm)
     assert lines == [
         "quality champion: auc=0.51, labelled_rows=500, status=no baseline; outcomes for 500 of "
