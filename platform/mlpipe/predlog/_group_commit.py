@@ -10,6 +10,7 @@ are written in the order they were submitted, so per-tenant order holds.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -18,6 +19,8 @@ from typing import Protocol, runtime_checkable
 
 from mlpipe.predlog._record import PredictionRecord
 from mlpipe.predlog._sink import PredictionSink
+
+logger = logging.getLogger("mlpipe.predlog")
 
 
 @runtime_checkable
@@ -63,11 +66,12 @@ class GroupCommitter:
         return done
 
     def close(self) -> None:
-        """Write what is queued, then stop the thread."""
+        """Write what is queued, then stop the thread (logging how much coalescing it saw)."""
         with self._ready:
             self._closed = True
             self._ready.notify()
         self._thread.join()
+        logger.info("prediction log: %d batches in %d group writes", self.batches, self.groups)
 
     def _run(self) -> None:
         while True:
