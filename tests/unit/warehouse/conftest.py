@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,19 @@ def postgres_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         yield str(make_url(url).database)
 
 
+@contextmanager
+def _copy_of(template: str, home: Path) -> Iterator[Settings]:
+    """A new PostgreSQL database created from ``template``, dropped afterwards."""
+    name = f"mlpipe_test_{uuid.uuid4().hex[:12]}"
+    with _admin_connect() as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield Settings(home=home, warehouse_url=sqlalchemy_url(name))
+    finally:
+        with _admin_connect() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(
     name="settings", params=["duckdb", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
@@ -58,15 +72,16 @@ def migrated_warehouse(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         shutil.copyfile(request.getfixturevalue("duckdb_template"), path)
         yield settings
         return
-    template = request.getfixturevalue("postgres_template")
-    name = f"mlpipe_test_{uuid.uuid4().hex[:12]}"
-    with _admin_connect() as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    try:
-        yield Settings(home=tmp_path, warehouse_url=sqlalchemy_url(name))
-    finally:
-        with _admin_connect() as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _copy_of(request.getfixturevalue("postgres_template"), tmp_path) as settings:
+        yield settings
+
+
+@pytest.fixture
+def postgres_settings(postgres_template: str, tmp_path: Path) -> Iterator[Settings]:
+    """A migrated PostgreSQL warehouse, for what only PostgreSQL does (mark the test
+    ``postgres``)."""
+    with _copy_of(postgres_template, tmp_path) as settings:
+        yield settings
 
 
 @pytest.fixture
