@@ -50,6 +50,7 @@ from bench.workload import Cases, ensure_home, mlpipe_bodies
 from mlpipe.serving import free_port
 
 BROKER = Path(__file__).resolve().parents[1] / ".ci" / "kafka" / "broker"
+BROKER_PIDS: dict[str, int] = {}  # bootstrap -> the JVM's pid, for the brokers running now
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,14 +82,17 @@ def broker(jit: bool = False, cpus: str = "") -> Iterator[str]:
             stdout=sys.stderr,
             env=env,
         )
+        pid = (Path(tmp) / "pid").read_text().strip()
         if cpus:  # every thread of the JVM
-            pid = (Path(tmp) / "pid").read_text().strip()
             subprocess.run(
                 ["taskset", "-a", "-p", "-c", cpus, pid], check=True, stdout=subprocess.DEVNULL
             )
+        bootstrap = f"127.0.0.1:{port}"
+        BROKER_PIDS[bootstrap] = int(pid)
         try:
-            yield f"127.0.0.1:{port}"
+            yield bootstrap
         finally:
+            BROKER_PIDS.pop(bootstrap, None)
             subprocess.run(["bash", str(BROKER), "stop", tmp], check=False)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen, servers
-from bench.kafka import broker
+from bench.kafka import BROKER_PIDS, broker
 from bench.run import RESULTS
 from bench.workload import Cases, ensure_home, mlpipe_bodies
 from mlpipe.serving import free_port
@@ -72,19 +72,17 @@ def _server_cpu(pids: list[int]) -> dict[str, float]:
     return out
 
 
-def _broker_cpu() -> float:
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if b"kafka.Kafka" in (entry / "cmdline").read_bytes():
-                    total += _stat(entry / "stat")[1]
-    return total
+def _broker_cpu(pid: int) -> float:
+    """This bench's broker's CPU so far: only its JVM, not another broker on the machine
+    (the project's Kafka tests start their own)."""
+    return _stat(Path(f"/proc/{pid}/stat"))[1]
 
 
-def _round(pids: list[int], port: int, args: argparse.Namespace) -> dict[str, float]:
+def _round(
+    pids: list[int], port: int, broker_pid: int, args: argparse.Namespace
+) -> dict[str, float]:
     body = mlpipe_bodies(Cases())
-    before, broker_before = _server_cpu(pids), _broker_cpu()
+    before, broker_before = _server_cpu(pids), _broker_cpu(broker_pid)
     children_before = sum(os.times()[2:4])
     sample = loadgen.closed_loop(
         "127.0.0.1",
@@ -97,7 +95,7 @@ def _round(pids: list[int], port: int, args: argparse.Namespace) -> dict[str, fl
     after = _server_cpu(pids)
     answered = max(1, len(sample.latencies_s))
     per = {k: (after[k] - before[k]) / answered * 1e6 for k in after}
-    per["broker"] = (_broker_cpu() - broker_before) / answered * 1e6
+    per["broker"] = (_broker_cpu(broker_pid) - broker_before) / answered * 1e6
     per["loadgen"] = (sum(os.times()[2:4]) - children_before) / answered * 1e6
     per["rps"] = answered / sample.elapsed_s
     return per
@@ -138,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in range(args.rounds):
                 for label in ("files", "kafka") if r % 2 == 0 else ("kafka", "files"):
                     port, pids = started[label]
-                    row = _round(pids, port, args)
+                    row = _round(pids, port, BROKER_PIDS[bootstrap], args)
                     rows[label].append(row)
                     print(_line(f"round {r} {label}", row), file=sys.stderr, flush=True)
     finally:
