@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from mlpipe.predlog._record import PredictionRecord
 from mlpipe.predlog._sink import PredictionSink
@@ -43,6 +43,7 @@ class GroupCommitter:
 
     def __init__(self, sink: PredictionSink, name: str = "mlpipe-log") -> None:
         self._sink = sink
+        self._groups_at_once = isinstance(sink, GroupSink)
         self._queue: deque[tuple[Sequence[PredictionRecord], Future[None]]] = deque()
         self._ready = threading.Condition()
         self._closed = False
@@ -79,8 +80,11 @@ class GroupCommitter:
                 self._ready.wait_for(lambda: self._queue or self._closed)
                 if not self._queue:
                     return
-                group = list(self._queue)
+                # a batch whose caller gave up before its write began is not written
+                group = [(r, f) for r, f in self._queue if f.set_running_or_notify_cancel()]
                 self._queue.clear()
+            if not group:
+                continue
             self.groups += 1
             self.batches += len(group)
             for (_, done), failure in zip(group, self._write([r for r, _ in group]), strict=True):
@@ -92,8 +96,8 @@ class GroupCommitter:
     def _write(self, batches: list[Sequence[PredictionRecord]]) -> list[Exception | None]:
         """One outcome a batch; whatever the sink raises fails every batch of the group."""
         try:
-            if isinstance(self._sink, GroupSink):
-                return self._sink.append_groups(batches)
+            if self._groups_at_once:
+                return cast(GroupSink, self._sink).append_groups(batches)
             return [self._append_one(records) for records in batches]
         except Exception as exc:
             return [exc] * len(batches)

@@ -127,3 +127,17 @@ def test_close_writes_what_is_queued_then_refuses_more(make_record: Make) -> Non
     assert all(f.done() and f.result() is None for f in futures)
     with pytest.raises(RuntimeError, match="the prediction log's group committer is closed"):
         committer.submit([make_record(2)])
+
+
+def test_a_batch_cancelled_before_its_write_is_not_written(make_record: Make) -> None:
+    sink = GatedGroupSink()
+    committer = GroupCommitter(sink)
+    first = committer.submit([make_record(0)])
+    assert sink.first_started.wait(5)
+    gave_up = committer.submit([make_record(1)])
+    assert gave_up.cancel()
+    sink.gate.set()
+    assert first.result(5) is None
+    assert committer.submit([make_record(2)]).result(5) is None  # the thread goes on
+    committer.close()
+    assert sink.groups == [[["r0"]], [["r2"]]]
