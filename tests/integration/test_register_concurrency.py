@@ -1,6 +1,6 @@
-"""Eight concurrent ``mlpipe register`` of one model name, 25 rounds each (embedded registry).
+"""Eight concurrent ``mlpipe register`` of one model name, 10 rounds each (embedded registry).
 
-Each worker process (``register_worker``) runs the CLI's own entry point 25
+Each worker process (``register_worker``) runs the CLI's own entry point 10
 times; two rounds go through a real ``mlpipe`` process. Every attempt must end
 in success (exit 0, the new version as JSON) or in the registry's clean
 retryable error (exit 3, one ``error:`` line saying to retry, no traceback).
@@ -34,7 +34,7 @@ from tests.integration.register_worker import _in_process
 pytestmark = pytest.mark.integration
 
 WORKERS = 8
-ROUNDS = 25
+ROUNDS = 10
 SUBPROCESS_ROUNDS = f"0:0,1:{ROUNDS - 1}"  # WORKER:ROUND attempts run as a real `mlpipe`
 READY_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 400.0
