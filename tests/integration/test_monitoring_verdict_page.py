@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.conftest import run_in_process
 from tests.integration import test_registered_baseline as qb
 
 pytestmark = pytest.mark.integration
@@ -84,22 +85,44 @@ def _window(kind: str, rows: int = 1500) -> tuple[np.ndarray, np.ndarray]:
     return x, labels
 
 
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A home with ``fraud`` registered once (``qb._register``) and that version: each test
+    works on a copy, as registering it again would give the same version of the same model."""
+    from mlpipe.config import Settings
+
+    root = tmp_path_factory.mktemp("verdict-template")
+    return root, qb._register(Settings(home=root), root)
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
 @pytest.mark.parametrize(
     ("kind", "verdict"), [("clean", "ok"), ("drifted", "drift"), ("quality", "quality")]
 )
 def test_the_html_verdict_is_the_cli_verdict(
-    settings: Any, cli: Any, tmp_path: Path, kind: str, verdict: str
+    home: Path,
+    registered: tuple[Path, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    kind: str,
+    verdict: str,
 ) -> None:
-    version = qb._register(settings, settings.home)
+    from mlpipe.config import load_settings
+
+    template, version = registered
+    shutil.copytree(template / ".mlpipe", home / ".mlpipe")
+    settings = load_settings()
     x, labels = _window(kind)
     qb._traffic(settings, version, labels, x)
+    # the CLI's entry point in this process: the second call does not import it all again
     args = ["monitor", "drift", "fraud", "--window", "1h", "--arm", "champion"]
-    printed = cli(*args, "--json")
-    data = json.loads(printed.stdout)
+    code, out, err = run_in_process(monkeypatch, capsys, *args, "--json")
+    data = json.loads(out)
     (arm,) = data["arms"]
     assert (data["verdict"], arm["verdict"]) == (verdict, verdict), arm["alarms"]
-    shown = cli(*args).stdout
+    assert code == (0 if verdict == "ok" else 1), err
+    shown = run_in_process(monkeypatch, capsys, *args)[1]
     for alarm in arm["alarms"]:
         assert f"alarm champion: {alarm}" in shown
     # the quality section as stdout prints it, with the baseline it was judged against
