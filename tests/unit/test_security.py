@@ -20,6 +20,7 @@ from mlpipe.security import (
     tenant_store,
 )
 from mlpipe.serving import UNAUTHORIZED, AuthGateway, SecurityMetrics
+from mlpipe.serving._context import context_of
 
 
 @pytest.fixture
@@ -82,7 +83,7 @@ def _gateway(settings: Any, limiter: Any = None) -> tuple[AuthGateway, App]:
 def test_without_tenants_auto_mode_serves_everyone_as_default(settings: Any) -> None:
     gw, app = _gateway(settings)
     assert _call(gw)[0] == 200
-    assert app.seen[0]["state"]["tenant"] == "default"
+    assert context_of(app.seen[0]).caller.tenant == "default"
 
 
 def test_once_a_tenant_exists_keys_are_required(settings: Any) -> None:
@@ -104,7 +105,7 @@ def test_once_a_tenant_exists_keys_are_required(settings: Any) -> None:
     assert not app.seen
     assert _call(gw, headers=[(b"authorization", b"Bearer " + key.encode())])[0] == 200
     assert _call(gw, headers=[(b"x-api-key", key.encode())])[0] == 200
-    assert [s["state"]["tenant"] for s in app.seen] == ["acme", "acme"]
+    assert [context_of(s).caller.tenant for s in app.seen] == ["acme", "acme"]
     status, hdrs, body = _call(gw, headers=[(b"x-api-key", key.encode())])
     assert status == 429 and hdrs[b"retry-after"] == b"1" and "acme" in body["error"]
     assert body["status"] == 429
@@ -128,7 +129,7 @@ def test_auth_off_ignores_keys(settings: Any) -> None:
     add_tenant(settings, "acme")
     settings.security.auth = "off"
     gw, app = _gateway(settings)
-    assert _call(gw)[0] == 200 and app.seen[0]["state"]["tenant"] == "default"
+    assert _call(gw)[0] == 200 and context_of(app.seen[0]).caller.tenant == "default"
 
 
 def test_per_tenant_counters(settings: Any) -> None:
@@ -154,7 +155,7 @@ def test_a_pinned_tenant_gets_its_arm_and_the_pin_reaches_the_gateway(settings: 
     gw, app = _gateway(settings)
     _call(gw, headers=[(b"x-api-key", key.encode())])
     _call(gw, headers=[(b"x-api-key", other.encode())])
-    assert [s["state"]["pin"] for s in app.seen] == ["canary", None]
+    assert [context_of(s).caller.pin for s in app.seen] == ["canary", None]
     assert pin_tenant(settings, "acme", None).pin is None
     assert pin_tenant(settings, "beta", "champion").pin == "champion"
     assert {t.name: t.pin for t in list_tenants(settings)} == {"acme": None, "beta": "champion"}

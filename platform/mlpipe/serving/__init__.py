@@ -9,13 +9,8 @@ without a server. The order of the middleware, and why, is in
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.serving._admission import Admission, InflightBoard, ReadyBoard
-from mlpipe.serving._auth import (
-    DEFAULT_TENANT,
-    UNAUTHORIZED,
-    AuthGateway,
-    SecurityMetrics,
-    security_metrics,
-)
+from mlpipe.serving._auth import UNAUTHORIZED, AuthGateway, SecurityMetrics, security_metrics
+from mlpipe.serving._context import DEFAULT_TENANT
 from mlpipe.serving._deadline import Deadline
 from mlpipe.serving._gateway import Batch, PredictGateway
 from mlpipe.serving._generations import READY_LOG, GenerationLoader, ServingModel, VersionPlan

@@ -10,12 +10,13 @@ The outermost of mlpipe's layers inside BentoML's app (the order is in
   ``Connection: close``: its body is never read, and a client without a key
   has no connection worth keeping (issue 29, item 2);
 - the tenant's token bucket is taken; an empty one gets 429 with ``Retry-After``;
-- ``scope["state"]["tenant"]`` and ``["pin"]`` (the arm the tenant is pinned
-  to, or None) are set, which the gateway copies into the request: the tenant
-  goes into the prediction-log row, the pin into routing; ``["charge"]`` takes
-  more from the same bucket (``charge(cost, paid=1)``: 0.0, or the seconds to
-  wait; see :mod:`mlpipe.security`'s limits), which the Open Inference
-  Protocol layer uses to charge a token per row.
+- the request context's ``caller`` is set (:class:`~mlpipe.serving._context.Caller`):
+  the tenant and the arm it is pinned to (or None), which the gateway copies
+  into the request (the tenant goes into the prediction-log row, the pin into
+  routing), and ``charge``, which takes more from the same bucket
+  (``charge(cost, paid=1)``: 0.0, or the seconds to wait; see
+  :mod:`mlpipe.security`'s limits) and which the Open Inference Protocol layer
+  uses to charge a token per row.
 
 A rejected request never reaches the gateway, so it leaves no log row.
 ``security.auth``: ``"auto"`` (default) requires keys once any tenant exists in
@@ -28,11 +29,11 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.security import TenantDirectory, rate_limiter, retry_after, tenant_store
 from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Receive, Scope, Send, send_json
+from mlpipe.serving._context import ANONYMOUS, Caller, context_of
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -41,12 +42,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mlpipe.security")
 
-DEFAULT_TENANT = "default"
 UNAUTHORIZED = {"error": "missing or invalid API key", "status": 401}
 
 
 class AuthGateway:
-    """401 without a valid key, 429 over the tenant's rate; sets ``scope['state']['tenant']``."""
+    """401 without a valid key, 429 over the tenant's rate; sets the request context's caller."""
 
     def __init__(
         self,
@@ -85,7 +85,8 @@ class AuthGateway:
             await _reply(scope, send, 503, body, [CONNECTION_CLOSE])
             return
         if not required:
-            await self._pass(scope, receive, send, DEFAULT_TENANT)
+            context_of(scope).caller = ANONYMOUS
+            await self.app(scope, receive, send)
             return
         assert d is not None
         tenant = d.authenticate(_key_from(scope["headers"]))
@@ -110,25 +111,11 @@ class AuthGateway:
             return
         self.metrics.tenant_requests.labels(tenant.name, "allowed").inc()
         charge = functools.partial(self.limiter.take, tenant.name, tenant.rate, tenant.burst)
-        await self._pass(scope, receive, send, tenant.name, tenant.pin, charge)
+        context_of(scope).caller = Caller(tenant.name, tenant.pin, charge)
+        await self.app(scope, receive, send)
 
     def _is_open(self, path: str) -> bool:
         return path in self.open_exact or path.startswith(self.open_prefixes or ("\0",))
-
-    async def _pass(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        tenant: str,
-        pin: str | None = None,
-        charge: Callable[..., float] | None = None,
-    ) -> None:
-        state = dict(scope.get("state") or {})
-        state["tenant"] = tenant
-        state["pin"] = pin
-        state["charge"] = charge
-        await self.app({**scope, "state": state}, receive, send)
 
 
 def _key_from(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -186,4 +173,4 @@ def security_metrics() -> SecurityMetrics:
         return _metrics
 
 
-__all__ = ["DEFAULT_TENANT", "UNAUTHORIZED", "AuthGateway", "SecurityMetrics", "security_metrics"]
+__all__ = ["UNAUTHORIZED", "AuthGateway", "SecurityMetrics", "security_metrics"]

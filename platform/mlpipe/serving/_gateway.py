@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -54,6 +54,7 @@ from mlpipe.serving._asgi import (
     Send,
     read_body,
 )
+from mlpipe.serving._context import RequestContext, Route, context_of
 from mlpipe.serving._error_bodies import error_body, error_for
 from mlpipe.serving._ids import invisible_character_problem, new_request_id
 from mlpipe.serving._refusal import refuse
@@ -67,7 +68,7 @@ from mlpipe.serving._schema import (
 
 _JSON = [(b"content-type", b"application/json")]
 logger = logging.getLogger("mlpipe.serving.gateway")
-_DOCS = "/docs.json"
+_PREDICT = "/predict"
 _ENCODE = msgspec.json.encode
 _ERROR_SCHEMA = {
     "type": "object",
@@ -121,9 +122,7 @@ def parse_request(data: bytes | dict[str, Any]) -> PredictRequest:
         raise Refused(error_body(message, 422, field)) from exc
 
 
-def admit(
-    rt: ServingRuntime | None, req: PredictRequest, state: Mapping[str, Any]
-) -> PredictRequest:
+def admit(rt: ServingRuntime | None, req: PredictRequest, ctx: RequestContext) -> PredictRequest:
     """``req`` ready for a batch, or :class:`Refused`: the gateway's checks, in one place.
 
     A control character in a string the log keeps is 400, a zero-width or
@@ -131,7 +130,7 @@ def admit(
     model not served here is 404; a missing input or a join key outside its
     entity's type is 422 naming the field. The admitted request gets its
     ``request_id`` (if absent), ``received_ns`` (when the intake saw it, else
-    now), ``tenant`` and ``pin`` (from the auth layer's ``state``).
+    now), ``tenant`` and ``pin`` (from the request's context, ``ctx``).
     """
     problem = control_character_problem(req)
     if problem is not None:
@@ -148,9 +147,9 @@ def admit(
     return req.model_copy(
         update={
             "request_id": req.request_id or new_request_id(),
-            "received_ns": state.get("received_ns") or time.time_ns(),
-            "tenant": state.get("tenant", "default"),
-            "pin": state.get("pin"),
+            "received_ns": ctx.received_ns or time.time_ns(),
+            "tenant": ctx.caller.tenant,
+            "pin": ctx.caller.pin,
         }
     )
 
@@ -165,26 +164,25 @@ def _status_of(exc: Exception) -> int:
 
 
 class PredictGateway:
-    """Wraps the BentoML app; only ``POST {path}`` is answered here, through ``batch``."""
+    """Wraps the BentoML app; only ``POST /predict`` is answered here, through ``batch``."""
 
     def __init__(
         self,
         app: ASGIApp,
         *,
         batch: Batch,
-        path: str = "/predict",
         response_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
     ) -> None:
         self.app = app
         self.batch = batch
-        self.path = path
         self.response_headers = response_headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == _DOCS and scope["method"] == "GET":
+        ctx = context_of(scope)
+        if ctx.route is Route.DOCS and scope["method"] == "GET":
             await self._docs(scope, receive, send)
             return
-        if scope["type"] != "http" or scope["path"] != self.path or scope["method"] != "POST":
+        if ctx.route is not Route.PREDICT or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         rt = _runtime.current()
@@ -194,7 +192,7 @@ class PredictGateway:
         except ClientDisconnected:
             return  # nobody to answer
         try:
-            req = admit(rt, parse_request(body), scope.get("state") or {})
+            req = admit(rt, parse_request(body), ctx)
         except Refused as exc:
             await refuse(send, exc.body)
             return
@@ -240,7 +238,7 @@ class PredictGateway:
         await self.app(scope, receive, _buffered(send, finish))
 
     def _one_object_contract(self, doc: dict[str, Any]) -> dict[str, Any]:
-        operation = doc.get("paths", {}).get(self.path, {}).get("post")
+        operation = doc.get("paths", {}).get(_PREDICT, {}).get("post")
         if operation is None:
             return doc
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})

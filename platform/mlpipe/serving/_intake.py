@@ -21,6 +21,8 @@ request with a ``Content-Length`` or ``Transfer-Encoding``), on every path:
   (``serving.request_timeout_s``) gets 408 with ``Connection: close``, so a
   slow client cannot hold a connection and a request past the request timeout.
 
+It stamps the arrival time (the request context's ``received_ns``) before
+anything else, so the 504 deadline and the logged latency count from it.
 The whole body is then handed down in one message, so no layer below waits on
 the client again. Refusals are ``{"error": ..., "status": ...}``; a refused
 request reaches nothing below, so it leaves no prediction-log row.
@@ -41,6 +43,7 @@ from mlpipe.serving._asgi import (
     Send,
     read_body,
 )
+from mlpipe.serving._context import context_of
 from mlpipe.serving._error_bodies import error_body
 from mlpipe.serving._refusal import refuse
 
@@ -61,7 +64,7 @@ class RequestIntake:
             await self.app(scope, receive, send)
             return
         # The request's clock starts here, before its body: the 504 deadline counts from it.
-        scope = {**scope, "state": {**(scope.get("state") or {}), "received_ns": time.time_ns()}}
+        context_of(scope).received_ns = time.time_ns()
         headers = dict(reversed(scope["headers"]))  # the first of each wins, as in Starlette
         if not _carries_body(scope["method"], headers):
             await self.app(scope, receive, send)

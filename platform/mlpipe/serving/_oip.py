@@ -64,6 +64,7 @@ from mlpipe.serving._asgi import (
     read_body,
     send_json,
 )
+from mlpipe.serving._context import Caller, Route, context_of
 from mlpipe.serving._error_bodies import error_body
 from mlpipe.serving._gateway import Refused, admit, parse_request
 from mlpipe.serving._oip_codec import (
@@ -98,8 +99,8 @@ class InferenceProtocol:
         self.max_rows = max_rows
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] != "http" or not (path == PREFIX or path.startswith(PREFIX + "/")):
+        route = context_of(scope).route
+        if route is not Route.INFER and route is not Route.PROTOCOL:
             await self.app(scope, receive, send)
             return
         try:
@@ -157,18 +158,18 @@ class InferenceProtocol:
         # refuse outputs unknown, or not shared by the versions that answer, before scoring
         check_shared(served, requested_outputs(request, outputs))
         rt = _runtime.current()
-        state = scope.get("state") or {}
+        ctx = context_of(scope)
         try:
             requests = []
             for i, row in enumerate(rows):
                 if i % CHUNK_ROWS == 0:  # decoding the tensors was the first piece
                     await asyncio.sleep(0)
-                requests.append(admit(rt, parse_request(row), state))
+                requests.append(admit(rt, parse_request(row), ctx))
         except Refused as exc:
             await refuse(send, exc.body)
             return
         assert rt is not None  # admit refuses while there is none
-        over_limit = _charge_rows(state, len(requests))
+        over_limit = _charge_rows(ctx.caller, len(requests))
         if over_limit is not None:
             await refuse(send, *over_limit)
             return
@@ -190,7 +191,7 @@ class InferenceProtocol:
 
 
 def _charge_rows(
-    state: dict[str, Any], rows: int
+    caller: Caller, rows: int
 ) -> tuple[dict[str, Any], list[tuple[bytes, bytes]]] | None:
     """Take a token per row beyond the one the request paid on arrival; the 429 if short.
 
@@ -198,13 +199,13 @@ def _charge_rows(
     more rows than the tenant's bucket holds can never pass: its 429 says so
     and has no ``Retry-After``.
     """
-    charge = state.get("charge")
+    charge = caller.charge
     if charge is None or rows <= 1:
         return None  # no tenant (auth off), or the arrival token covered it
     wait = charge(rows, paid=1)
     if wait <= 0:
         return None
-    tenant = state.get("tenant")
+    tenant = caller.tenant
     if math.isinf(wait):
         message = (
             f"rate limit of tenant {tenant!r}: {rows} rows cost {rows} tokens, more than "

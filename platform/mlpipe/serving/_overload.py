@@ -41,17 +41,9 @@ from collections.abc import Callable
 from mlpipe.serving import _runtime
 from mlpipe.serving._admission import Admission
 from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Message, Receive, Scope, Send
+from mlpipe.serving._context import Route, context_of
 from mlpipe.serving._error_bodies import error_body
-from mlpipe.serving._oip_schema import PREFIX as _OIP
 from mlpipe.serving._refusal import refuse
-
-
-def _is_scoring(scope: Scope) -> bool:
-    """An HTTP request for a prediction: ``/predict`` or an Open Inference Protocol infer."""
-    if scope["type"] != "http":
-        return False
-    path = scope["path"]
-    return path == "/predict" or (path.startswith(_OIP + "/models/") and path.endswith("/infer"))
 
 
 class FrontDoor:
@@ -63,7 +55,7 @@ class FrontDoor:
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _is_scoring(scope) and self.admission.saturated():
+        if context_of(scope).route.scoring and self.admission.saturated():
             await refuse(send, error_body(self.admission.overloaded(), 503), [self.retry_after])
             return
         await self.app(scope, receive, send)
@@ -80,7 +72,7 @@ class ReadinessGate:
         self._ready = ready or _runtime_ready
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _is_scoring(scope) and not self._ready():
+        if context_of(scope).route.scoring and not self._ready():
             body = error_body("not ready: models still loading", 503)
             await refuse(send, body, [self.retry_after, CONNECTION_CLOSE])
             return
@@ -88,7 +80,7 @@ class ReadinessGate:
 
 
 class OverloadGate:
-    """Count ``path`` requests in flight; 503 + ``Retry-After`` beyond the admission's bound."""
+    """Count ``/predict`` requests in flight; 503 + ``Retry-After`` beyond the admission's bound."""
 
     def __init__(
         self,
@@ -97,17 +89,15 @@ class OverloadGate:
         admission: Admission,
         retry_after_s: int = 1,
         reconnect_every: int = 0,
-        path: str = "/predict",
     ) -> None:
         self.app = app
         self.admission = admission
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
         self.reconnect_every = reconnect_every
-        self.path = path
         self._admitted = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != self.path:
+        if context_of(scope).route is not Route.PREDICT:
             await self.app(scope, receive, send)
             return
         admission = self.admission

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from mlpipe.serving import RequestIntake
+from mlpipe.serving._context import context_of
 
 
 class App:
@@ -21,7 +22,7 @@ class App:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         message = await receive()
         self.bodies.append(message["body"])
-        self.received_ns = scope["state"]["received_ns"]
+        self.received_ns = context_of(scope).received_ns
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}", "more_body": False})
 

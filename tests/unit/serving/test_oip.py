@@ -18,6 +18,7 @@ import pytest
 from mlpipe.config import load_settings
 from mlpipe.security import LocalBuckets
 from mlpipe.serving import InferenceProtocol, set_current
+from mlpipe.serving._context import Caller, context_of
 from tests.unit.serving.test_pipeline import CURSED_AMOUNT, ListSink, fake_runtime, gateway
 
 RATE = 0.001  # tokens/s: none come back during a test
@@ -33,7 +34,7 @@ def env(tmp_path: Path) -> Any:
 
 
 def _with_tenant(app: Any, buckets: LocalBuckets, burst: int) -> Any:
-    """What the auth layer does for a tenant: the arrival token, then ``state``."""
+    """What the auth layer does for a tenant: the arrival token, then the context's caller."""
 
     async def auth(scope: Any, receive: Any, send: Any) -> None:
         if buckets.take("acme", RATE, burst) > 0:
@@ -41,11 +42,11 @@ def _with_tenant(app: Any, buckets: LocalBuckets, burst: int) -> Any:
             await send({"type": "http.response.body", "body": b'{"error": "429"}'})
             return
 
-        def charge(cost: float, paid: float) -> float:
+        def charge(cost: float, *, paid: float = 0.0) -> float:
             return buckets.take("acme", RATE, burst, cost, paid)
 
-        state = {**(scope.get("state") or {}), "tenant": "acme", "charge": charge}
-        await app({**scope, "state": state}, receive, send)
+        context_of(scope).caller = Caller("acme", charge=charge)
+        await app(scope, receive, send)
 
     return auth
 
