@@ -7,6 +7,7 @@ labels were at chance level (AUC about 0.5).
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 from mlpipe import registry, warehouse
 from mlpipe.predlog import ENCODER, PredictionRecord
+from tests.conftest import run_in_process
 
 pytestmark = pytest.mark.integration
 INPUTS = ["amount", "age"]
@@ -66,20 +68,43 @@ def _traffic(settings: Any, version: str, labels: np.ndarray, x: np.ndarray) -> 
     warehouse.load_outcomes(settings, path)
 
 
-def test_register_records_the_versions_own_metrics_on_its_dataset(settings: Any) -> None:
-    version = _register(settings, settings.home)
-    shown = registry.show(settings, f"fraud/{version}")
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A home with ``fraud`` registered once by :func:`_register`, and that version."""
+    from mlpipe.config import Settings
+
+    root = tmp_path_factory.mktemp("baseline-template")
+    return root, _register(Settings(home=root), root)
+
+
+def test_register_records_the_versions_own_metrics_on_its_dataset(
+    registered: tuple[Path, str],
+) -> None:
+    from mlpipe.config import Settings
+
+    root, version = registered
+    shown = registry.show(Settings(home=root), f"fraud/{version}")
     assert set(shown.metrics) >= {"auc", "recall", "precision", "log_loss"}
     assert 0.8 < shown.metrics["auc"] < 1.0
     assert shown.tags["mlpipe.metrics_on"] == ("dataset train.parquet (the registration dataset)")
 
 
-def test_labels_at_chance_level_raise_a_quality_alarm(settings: Any, cli: Any) -> None:
-    version = _register(settings, settings.home)
+def test_labels_at_chance_level_raise_a_quality_alarm(
+    home: Path,
+    registered: tuple[Path, str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from mlpipe.config import load_settings
+
+    template, version = registered
+    shutil.copytree(template / ".mlpipe", home / ".mlpipe")
+    settings = load_settings()
     window = _frame(1500, 7)
     chance = np.random.default_rng(3).uniform(0, 1, len(window)) < window["label"].mean()
     _traffic(settings, version, chance, window[INPUTS].to_numpy())
-    result = cli("monitor", "drift", "fraud", "--window", "1h", "--arm", "champion")
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "alarm champion: quality: auc below the registered value" in result.stdout
-    assert "status=quality" in result.stdout
+    args = ("monitor", "drift", "fraud", "--window", "1h", "--arm", "champion")
+    code, out, err = run_in_process(monkeypatch, capsys, *args)  # the CLI's entry point
+    assert code == 1, out + err
+    assert "alarm champion: quality: auc below the registered value" in out
+    assert "status=quality" in out
