@@ -40,7 +40,7 @@ RATE_METHOD = "two-proportion z"
 POSITIVE_RATE = "positive_rate"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RateTest:
     """A window's rate of flagged rows against the reference's, with the design effect."""
 
@@ -70,8 +70,9 @@ def positive_rate_test(
     significant = abs(z) > critical
     drifted = significant and h >= MIN_EFFECT
     return RateTest(
-        rate, reference_rate, z, critical, h, significant, drifted, severity(h) if drifted else None
-    )
+        window_rate=rate, reference_rate=reference_rate, z=z, critical=critical, effect=h,
+        significant=significant, drifted=drifted, severity=severity(h) if drifted else None,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,8 +49,10 @@ class Reference:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReferenceScores:
+    """The version's scores on its reference, and its decision threshold."""
+
     scores: np.ndarray
     threshold: float
 
@@ -70,14 +72,14 @@ def reference_scores(
     )
     if path.exists():
         cached = np.load(path)
-        return ReferenceScores(cached["scores"], float(cached["threshold"]))
+        return ReferenceScores(scores=cached["scores"], threshold=float(cached["threshold"]))
     loaded = registry.load_verified(settings, model, version)
     scores = np.asarray(loaded.predict_scores(loaded.inputs_from(reference)), dtype=float)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, scores=scores, threshold=np.array(loaded.threshold))
     tmp.replace(path)
-    return ReferenceScores(scores, loaded.threshold)
+    return ReferenceScores(scores=scores, threshold=loaded.threshold)
 
 
 def predicted(spec: TaskSpec, output: np.ndarray) -> Any:

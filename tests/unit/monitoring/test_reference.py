@@ -3,16 +3,20 @@ column, a frame without them says prediction drift is not tested, a large one is
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from mlpipe.monitoring import _reference
 from mlpipe.monitoring._reference import (
     PREDICTION,
     ReferenceSource,
     given_reference,
     predicted,
+    reference_scores,
     served,
 )
 from mlpipe.tasks import TaskSpec
@@ -73,3 +77,31 @@ def test_training_without_a_version_is_an_empty_reference() -> None:
         settings, "m", None, BINARY
     )
     assert ref.frame.empty and ref.positive_rate is None
+
+
+def test_reference_scores_are_scored_once_then_read_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    class Loaded:
+        threshold = 0.5
+
+        def inputs_from(self, frame: pd.DataFrame) -> pd.DataFrame:
+            return frame
+
+        def predict_scores(self, frame: pd.DataFrame) -> np.ndarray:
+            return frame["x"].to_numpy() / 10
+
+    def load_verified(settings: Any, model: str, version: str) -> Loaded:
+        calls.append(version)
+        return Loaded()
+
+    monkeypatch.setattr(_reference.registry, "load_verified", load_verified)
+    frame = pd.DataFrame({"x": [1.0, 6.0, 9.0, 2.0]})
+    settings: Any = None
+    first = reference_scores(settings, "fraud", "3", frame, tmp_path)
+    again = reference_scores(settings, "fraud", "3", frame, tmp_path)
+    assert calls == ["3"]
+    assert again.scores.tolist() == first.scores.tolist() == [0.1, 0.6, 0.9, 0.2]
+    assert again.threshold == 0.5 and again.positive_rate == 0.5
