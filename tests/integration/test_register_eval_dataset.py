@@ -8,6 +8,7 @@ model scores unseen values of, one it cannot) and classes named by text (see
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,22 @@ def _register(settings: Any, holdout: bool, **extra: Any) -> tuple[registry.Vers
     return info, model
 
 
-def test_a_holdout_baseline_is_measured_on_it_and_says_so(settings: Any) -> None:
+@pytest.fixture(scope="module")
+def with_holdout(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, registry.VersionInfo, Any]:
+    """A home with ``species`` registered once with ``--eval-dataset``: its settings, the
+    version and the fitted model (a test that writes to a home works on a copy)."""
+    root = tmp_path_factory.mktemp("holdout-template")
+    settings = load_settings(home=root)
+    info, model = _register(settings, holdout=True)
+    return settings, info, model
+
+
+def test_a_holdout_baseline_is_measured_on_it_and_says_so(
+    with_holdout: tuple[Any, registry.VersionInfo, Any],
+) -> None:
     from sklearn.metrics import accuracy_score, recall_score
 
-    info, model = _register(settings, holdout=True)
+    settings, info, model = with_holdout
     held = pd.read_csv(settings.home / "holdout.csv")
     tags = registry.show(settings, f"species/{info.version}").tags
     assert tags["mlpipe.metrics_source"] == "holdout"
@@ -135,9 +148,14 @@ def _traffic(settings: Any, version: str, window: pd.DataFrame, outcomes: list[s
 
 
 def test_a_collapsed_class_alarms_by_name_against_the_holdout_baseline(
-    settings: Any, cli: Any
+    home: Path,
+    with_holdout: tuple[Any, registry.VersionInfo, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    info, _ = _register(settings, holdout=True)
+    template, info, _ = with_holdout
+    shutil.copytree(template.home / ".mlpipe", home / ".mlpipe")
+    settings = load_settings()
     window = frame(2000, 9)
     # The world moved: 80 % of what was versicolor is virginica now, and the model, which
     # still calls them versicolor, finds far fewer of the virginica.
@@ -145,11 +163,9 @@ def test_a_collapsed_class_alarms_by_name_against_the_holdout_baseline(
     moved = (truth == "versicolor") & (np.random.default_rng(6).uniform(0, 1, 2000) < 0.8)
     outcomes = np.where(moved, "virginica", truth).tolist()
     _traffic(settings, info.version, window, outcomes)
-    result = cli("monitor", "drift", "species", "--window", "1h", "--arm", "champion")
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert (
-        "alarm champion: quality: recall of class 'virginica' below the registered value"
-        in result.stdout
-    )
-    assert "recall of class 'setosa'" not in result.stdout
-    assert "registration dataset (optimistic)" not in result.stdout  # a holdout: tight margins
+    args = ("monitor", "drift", "species", "--window", "1h", "--arm", "champion")
+    code, out, err = run_in_process(monkeypatch, capsys, *args)  # the CLI's entry point
+    assert code == 1, out + err
+    assert "alarm champion: quality: recall of class 'virginica' below the registered value" in out
+    assert "recall of class 'setosa'" not in out
+    assert "registration dataset (optimistic)" not in out  # a holdout: tight margins
