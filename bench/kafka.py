@@ -107,6 +107,7 @@ def _kafka_env(bootstrap: str, topic: str) -> dict[str, str]:
 def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     """Closed-loop req/s and p99, files against Kafka, paired (``bench.ab``)."""
     kafka = f"predlog.sink=kafka+predlog.kafka_bootstrap={bootstrap}+predlog.kafka_topic=bench-ab"
+    broker_s, load = process_cpu_s(BROKER_PIDS[bootstrap]), [os.getloadavg()[0]]
     ab_main(
         [
             *("--variants", f"default,{kafka}"),
@@ -116,6 +117,7 @@ def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
             *("--home", str(args.home), "--out", str(args.out)),
         ]
     )
+    broker_s, load = process_cpu_s(BROKER_PIDS[bootstrap]) - broker_s, [*load, os.getloadavg()[0]]
     rows = json.loads((args.out / "ab-latest.json").read_text())["rows"]
     by: dict[str, list[dict[str, Any]]] = {"files": [], "kafka": []}
     for row in rows:
@@ -123,6 +125,8 @@ def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     ratios = [k["rps"] / f["rps"] for f, k in zip(by["files"], by["kafka"], strict=True)]
     return {
         "broker": {"jit": "full" if args.broker_jit else "C1", "cpus": args.broker_cpus or "all"},
+        "broker_cpu_s": round(broker_s, 1),
+        "load_average": [round(x, 1) for x in load],
         "files_broker_cpu_ms": [_java_ms(r) for r in by["files"]],
         "kafka_broker_cpu_ms": [_java_ms(r) for r in by["kafka"]],
         "files_rps": [round(r["rps"]) for r in by["files"]],
@@ -134,8 +138,19 @@ def serving(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     }
 
 
+def process_cpu_s(pid: int) -> float:
+    """A process's user + system CPU so far, in seconds (0 once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _java_ms(row: dict[str, Any]) -> int:
-    """The broker's CPU during a round (ms): the ``java`` entry of bench.ab's noise column."""
+    """Any JVM's CPU during a round (ms): the ``java`` entry of bench.ab's noise column, so
+    on a machine where other brokers run (the project's Kafka tests) an upper bound."""
     for entry in str(row.get("other_top", "")).split(", "):
         name, _, ms = entry.rpartition(" ")
         if name == "java" and ms.isdigit():
@@ -328,6 +343,9 @@ def table(results: dict[str, Any]) -> str:
             f"| broker CPU per round, ms (files / Kafka rounds; JIT {s['broker']['jit']}, "
             f"CPUs {s['broker']['cpus']}) | {s['files_broker_cpu_ms']} / "
             f"{s['kafka_broker_cpu_ms']} |",
+            f"| this broker's CPU over the serving stage (warm-up and both variants), s "
+            f"| {s['broker_cpu_s']} |",
+            f"| load average (1 min) at the stage's start / end | {s['load_average']} |",
         ]
     e = results.get("latency")
     if e:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import loadgen, servers
-from bench.kafka import BROKER_PIDS, broker
+from bench.kafka import BROKER_PIDS, broker, process_cpu_s
 from bench.run import RESULTS
 from bench.workload import Cases, ensure_home, mlpipe_bodies
 from mlpipe.serving import free_port
@@ -72,17 +72,13 @@ def _server_cpu(pids: list[int]) -> dict[str, float]:
     return out
 
 
-def _broker_cpu(pid: int) -> float:
-    """This bench's broker's CPU so far: only its JVM, not another broker on the machine
-    (the project's Kafka tests start their own)."""
-    return _stat(Path(f"/proc/{pid}/stat"))[1]
-
-
 def _round(
     pids: list[int], port: int, broker_pid: int, args: argparse.Namespace
 ) -> dict[str, float]:
+    """One round on one server; the broker counted is this bench's only (by ``broker_pid``),
+    not another on the machine (the project's Kafka tests start their own)."""
     body = mlpipe_bodies(Cases())
-    before, broker_before = _server_cpu(pids), _broker_cpu(broker_pid)
+    before, broker_before = _server_cpu(pids), process_cpu_s(broker_pid)
     children_before = sum(os.times()[2:4])
     sample = loadgen.closed_loop(
         "127.0.0.1",
@@ -95,7 +91,7 @@ def _round(
     after = _server_cpu(pids)
     answered = max(1, len(sample.latencies_s))
     per = {k: (after[k] - before[k]) / answered * 1e6 for k in after}
-    per["broker"] = (_broker_cpu(broker_pid) - broker_before) / answered * 1e6
+    per["broker"] = (process_cpu_s(broker_pid) - broker_before) / answered * 1e6
     per["loadgen"] = (sum(os.times()[2:4]) - children_before) / answered * 1e6
     per["rps"] = answered / sample.elapsed_s
     return per
