@@ -20,7 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -198,3 +198,18 @@ def run_in_process(
 @pytest.fixture
 def cli() -> Iterator:  # type: ignore[type-arg]
     yield run_cli
+
+
+@pytest.fixture
+def cli_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``cli`` without a process: ``mlpipe ARGS`` through the console script's entry point
+    here, its exit code and output as a CompletedProcess. Each real ``mlpipe`` starts an
+    interpreter and imports what the command needs again (seconds of CPU for the monitors)."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        code, out, err = run_in_process(monkeypatch, capsys, *args)
+        return subprocess.CompletedProcess(["mlpipe", *args], code, out, err)
+
+    return run

@@ -157,18 +157,18 @@ def test_a_clean_multiclass_canary_passes_and_a_shuffled_one_fails(stack: Any, r
 
 
 def test_canary_analyze_through_the_cli_shows_the_tasks_metrics(
-    stack: Any, cli: Any, tmp_path: Path
+    stack: Any, cli_in_process: Any, tmp_path: Path
 ) -> None:
     frame = _iris(1200, 12)
     labels = frame["label"].where(np.arange(len(frame)) % 40 != 0, "rose")  # 30 name no class
     records = _traffic(stack, "iris", {"champion": "1", "canary": "2"}, frame, "cli", labels)
-    result = cli("canary", "analyze", "iris")
+    result = cli_in_process("canary", "analyze", "iris")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "multiclass (3 classes)" in result.stdout and "macro_f1" in result.stdout
     assert "verdict: pass (both versions on the same rows)" in result.stdout
     assert "per class, each arm's own rows" in result.stdout
     assert "champion (rows) vs canary (columns)" in result.stdout
-    data = json.loads(cli("canary", "analyze", "iris", "--json").stdout)
+    data = json.loads(cli_in_process("canary", "analyze", "iris", "--json").stdout)
     accuracy = next(c for c in data["checks"] if c["name"] == "accuracy")
     assert "30 outcome label(s) name no class of the version: left out" in accuracy["detail"]
     _assert_canary_class_tables(stack, data, records, labels)
@@ -241,7 +241,7 @@ def test_a_clean_regression_canary_passes_and_a_biased_one_fails(stack: Any, row
 
 
 def test_multiclass_drift_compares_predicted_classes_and_judges_quality(
-    stack: Any, cli: Any
+    stack: Any, cli_in_process: Any
 ) -> None:
     from mlflow import MlflowClient
 
@@ -249,7 +249,7 @@ def test_multiclass_drift_compares_predicted_classes_and_judges_quality(
     client = MlflowClient(tracking_uri=stack.registry, registry_uri=stack.registry)
     client.set_model_version_tag("iris", "1", "mlpipe.label", "species")
     _traffic(stack, "iris", {"champion": "1", "canary": "1"}, _iris(800, 20), "clean")
-    result = cli("monitor", "drift", "iris", "--window", "1h", "--arm", "champion")
+    result = cli_in_process("monitor", "drift", "iris", "--window", "1h", "--arm", "champion")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "quality champion: accuracy=" in result.stdout and "macro_f1=" in result.stdout
     # which baseline each metric was judged against; class names in brackets printed as such
@@ -298,7 +298,7 @@ def test_regression_drift_compares_predicted_values(stack: Any) -> None:
 
 
 def test_shadow_analyze_of_a_multiclass_version_reports_class_agreement(
-    stack: Any, cli: Any
+    stack: Any, cli_in_process: Any
 ) -> None:
     records = _traffic(stack, "iris", {"champion": "1", "canary": "1"}, _iris(600, 30), "sh")
     x = np.array([[r.features[f] for f in IRIS] for r in records], dtype=float)
@@ -312,7 +312,7 @@ def test_shadow_analyze_of_a_multiclass_version_reports_class_agreement(
             )
         )  # fmt: skip
     _log(stack, mirrored, "mirror", [])
-    result = cli("shadow", "analyze", "iris")
+    result = cli_in_process("shadow", "analyze", "iris")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "label agreement: " in result.stdout
     assert "probability delta per class (shadow - champion)" in result.stdout
