@@ -5,10 +5,15 @@ The new environment borrows this one's dependencies through a ``.pth`` line (a p
 path, so this environment's editable ``mlpipe`` finder is not loaded), and the wheel is
 installed with ``--no-deps``: nothing is downloaded, and ``mlpipe`` itself, its scoring
 service and its feature-repository template can only come from the wheel.
+
+The loop's second server (the Bento) logs to a real Kafka broker (``[predlog] sink =
+"kafka"`` in the project's ``mlpipe.toml``), and the installed ``mlpipe warehouse sync``
+consumes the topic: the log's production path, from the wheel.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,6 +22,8 @@ import sys
 import sysconfig
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +32,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO
+from tests.kafka_broker import Broker, kafka_broker
 
 pytestmark = pytest.mark.integration
 
@@ -183,18 +191,25 @@ def _predict_twice(
 
 def _bento(installed: SimpleNamespace, project: Path) -> list[str]:
     """``bentoml build`` of the packaged scoring service with the wheel beside it (offline);
-    the command that serves the Bento."""
+    the command that serves the Bento, with its environment (``env`` VAR=... first: the
+    module's other tests run in other projects, so ``installed.env`` is left as it was)."""
     from mlpipe.serving import service_dir  # the source tree's: the same files as the wheel's
 
     build = project / "bento"
     shutil.copytree(service_dir(), build, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(installed.wheel, build)
-    installed.env["BENTOML_HOME"] = str(project / "bentoml-home")
-    installed.env["BENTOML_DO_NOT_TRACK"] = "true"
-    installed.env["MLPIPE_HOME"] = str(project)  # a Bento serves the project MLPIPE_HOME names
+    bento_env = {
+        "BENTOML_HOME": str(project / "bentoml-home"),
+        "BENTOML_DO_NOT_TRACK": "true",
+        "MLPIPE_HOME": str(project),  # a Bento serves the project MLPIPE_HOME names
+    }
     bentoml = [str(installed.bin / "python"), "-m", "bentoml"]
     built = subprocess.run(  # BentoML reads no file outside the working directory
-        [*bentoml, "build", "."], cwd=build, env=installed.env, capture_output=True, text=True
+        [*bentoml, "build", "."],
+        cwd=build,
+        env={**installed.env, **bento_env},
+        capture_output=True,
+        text=True,
     )
     assert built.returncode == 0, built.stdout + built.stderr
     (bento,) = (project / "bentoml-home" / "bentos" / "mlpipe-scoring").glob("[!l]*")
@@ -202,11 +217,41 @@ def _bento(installed: SimpleNamespace, project: Path) -> list[str]:
     assert (bento / "env" / "python" / "wheels" / installed.wheel.name).is_file()
     requirements = (bento / "env" / "python" / "requirements.txt").read_text()
     assert "onnxruntime==" in requirements and "xgboost-cpu==" in requirements  # formats
-    return [*bentoml, "serve", f"mlpipe-scoring:{bento.name}"]
+    assignments = [f"{k}={v}" for k, v in bento_env.items()]
+    return ["env", *assignments, *bentoml, "serve", f"mlpipe-scoring:{bento.name}"]
 
 
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[Future[Broker]]:
+    """A Kafka broker starting in the background (seconds of a JVM) while the loop runs:
+    ``result()`` where it is needed (which skips, or fails under CI, without Java)."""
+    with ExitStack() as started, ThreadPoolExecutor(1) as pool:
+        yield pool.submit(started.enter_context, kafka_broker(tmp_path / "kafka"))
+
+
+def _log_to_kafka(project: Path, broker: Broker) -> None:
+    """The project's prediction log on a fresh topic of ``broker``."""
+    topic = "wheel-predictions"
+    broker.create_topic(topic, partitions=1)
+    with (project / "mlpipe.toml").open("a") as toml:
+        toml.write(
+            f'\n[predlog]\nsink = "kafka"\nkafka_bootstrap = "{broker.bootstrap}"\n'
+            f'kafka_topic = "{topic}"\n'
+        )
+
+
+def _count(installed: SimpleNamespace, cwd: Path) -> int:
+    query = _run(
+        installed, cwd, "warehouse", "query", "SELECT count(*) AS n FROM predictions", "--json"
+    )
+    assert query.returncode == 0, query.stderr
+    assert "Warning" not in query.stderr, query.stderr
+    return int(json.loads(query.stdout)["rows"][0]["n"])
+
+
+@pytest.mark.kafka
 def test_init_register_deploy_serve_predict_sync_in_an_empty_directory(
-    installed: SimpleNamespace,
+    installed: SimpleNamespace, broker: Future[Broker]
 ) -> None:
     project = installed.root / "empty"
     project.mkdir()
@@ -227,17 +272,21 @@ def test_init_register_deploy_serve_predict_sync_in_an_empty_directory(
     assert answers[0].json()["version"] == "1" and 0 <= answers[0].json()["score"] <= 1
     sync = _run(installed, sub, "warehouse", "sync", "--json")
     assert sync.returncode == 0, sync.stderr
-    query = _run(
-        installed, sub, "warehouse", "query", "SELECT count(*) AS n FROM predictions", "--json"
-    )
-    assert query.returncode == 0, query.stderr
-    assert '"n": 2' in query.stdout
-    for out in (init, register, sync, query):
+    assert _count(installed, sub) == 2
+    for out in (init, register, sync):
         assert "Warning" not in out.stderr, out.stderr
     assert sorted(p.name for p in sub.iterdir()) == []
+    _log_to_kafka(project, broker.result())
     from_bento = _predict_twice(installed, project, _bento(installed, project))
     assert [a.status_code for a in from_bento] == [200, 200], from_bento[0].text
     assert from_bento[0].json()["score"] == answers[0].json()["score"]
+    from_kafka = _run(installed, sub, "warehouse", "sync", "--json")
+    assert from_kafka.returncode == 0, from_kafka.stderr
+    assert "Warning" not in from_kafka.stderr, from_kafka.stderr
+    loaded = json.loads(from_kafka.stdout)
+    assert (loaded["kafka_records"], loaded["rows_loaded"]) == (2, 2), loaded
+    assert sum(p["lag"] for p in loaded["kafka_lag"]) == 0
+    assert _count(installed, sub) == 4
 
 
 def test_demo_runs_from_the_wheel_in_an_empty_directory(installed: SimpleNamespace) -> None:
@@ -323,8 +372,6 @@ PLAN_ROWS: list[dict[str, Any]] = [
 def test_a_multiclass_pipeline_with_gaps_scores_from_the_wheel_like_its_own_predict_proba(
     installed: SimpleNamespace,
 ) -> None:
-    import json
-
     import numpy as np
     import pandas as pd
 
