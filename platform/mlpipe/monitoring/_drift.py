@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 from mlpipe import warehouse
 from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput
-from mlpipe.monitoring._arm_quality import ArmQuality, arm_quality
+from mlpipe.monitoring._arm_quality import arm_quality
 from mlpipe.monitoring._arm_window import ArmGroup, ArmWindow, arm_window, version_groups
 from mlpipe.monitoring._calibration import FALSE_ALARM_RATE, NullCache, Plan, calibrate
 from mlpipe.monitoring._calibration_statement import CalibrationStatement
-from mlpipe.monitoring._drift_report import save_snapshot, verdict_banner
+from mlpipe.monitoring._drift_report import save_reports, verdict_banner
 from mlpipe.monitoring._drift_verdict import ArmDrift, DriftVerdict, overall
 from mlpipe.monitoring._evidently import drift_tests
 from mlpipe.monitoring._judgement import (
@@ -129,20 +129,8 @@ def _arm_result(
         notes=[*ref.notes, *tested.notes, *judgement.notes], quality=section,
     )  # fmt: skip
     banner = verdict_banner(model, result, rate)
-    return _save_reports(result, tested.snapshot, judged_quality, out_dir / (name or arm), banner)
-
-
-def _save_reports(
-    result: ArmDrift, snapshot: object, judged: ArmQuality | None, path: Path, banner: list[str]
-) -> ArmDrift:
-    """Evidently's HTML + JSON of the arm's version at ``path`` (and of its quality, where
-    labels arrived, at ``path-quality``), each page led by ``banner``."""
-    if snapshot is not None:
-        html, js = save_snapshot(snapshot, path.parent, path.name, banner)
-        result = replace(result, html=html, json=js)
-    if judged is not None and judged.report is not None:
-        save_snapshot(judged.report, path.parent, f"{path.name}-quality", banner)
-    return result
+    report = judged_quality.report if judged_quality else None
+    return save_reports(result, tested.snapshot, report, out_dir / (name or arm), banner)
 
 
 def _arm_drift(

@@ -6,6 +6,7 @@ top of each of the arm's HTML reports, so the two never disagree.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,4 +71,18 @@ def save_snapshot(snapshot: Any, folder: Path, name: str, banner: list[str]) -> 
     return str(html), str(js)
 
 
-__all__ = ["arm_title", "quality_lines", "save_snapshot", "verdict_banner"]
+def save_reports(
+    result: ArmDrift, drift: Any, quality: Any, path: Path, banner: list[str]
+) -> ArmDrift:
+    """Evidently's ``drift`` report of the arm at ``path`` (``.html``/``.json``, their paths
+    set on the result returned) and its ``quality`` report at ``path-quality``, where each
+    exists, every page led by ``banner``."""
+    if drift is not None:
+        html, js = save_snapshot(drift, path.parent, path.name, banner)
+        result = replace(result, html=html, json=js)
+    if quality is not None:
+        save_snapshot(quality, path.parent, f"{path.name}-quality", banner)
+    return result
+
+
+__all__ = ["arm_title", "quality_lines", "save_reports", "save_snapshot", "verdict_banner"]

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from mlpipe.monitoring import _drift_report
-from mlpipe.monitoring._drift_report import arm_title, save_snapshot, verdict_banner
+from mlpipe.monitoring._drift_report import arm_title, save_reports, save_snapshot, verdict_banner
 from mlpipe.monitoring._drift_verdict import ArmDrift
 from mlpipe.monitoring._judgement import ColumnDrift
 
@@ -55,3 +55,26 @@ def test_a_snapshot_is_saved_as_html_and_json_beside_each_other(
     assert (html, js) == (str(tmp_path / "canary-v4.html"), str(tmp_path / "canary-v4.json"))
     assert written == [(tmp_path / "canary-v4.html", ["line"])]
     assert Path(js).read_text() == "{}"
+
+
+def test_an_arms_reports_are_its_drift_page_and_its_quality_page(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    written: list[str] = []
+    monkeypatch.setattr(
+        _drift_report, "write_evidently_html", lambda s, path, banner: written.append(path.name)
+    )
+
+    class Snapshot:
+        def save_json(self, path: str) -> None:
+            written.append(Path(path).name)
+
+    saved = save_reports(ARM, Snapshot(), Snapshot(), tmp_path / "canary-v4", ["line"])
+    assert written == [
+        "canary-v4.html",
+        "canary-v4.json",
+        "canary-v4-quality.html",
+        "canary-v4-quality.json",
+    ]
+    assert saved.html == str(tmp_path / "canary-v4.html") and ARM.html is None
+    assert save_reports(ARM, None, None, tmp_path / "x", []) == ARM  # nothing to write
