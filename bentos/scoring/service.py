@@ -26,6 +26,7 @@ from mlpipe.serving import (
     InflightBoard,
     PredictRequest,
     ReadyBoard,
+    RuntimeSlot,
     ServingRuntime,
     bind_once,
     build_app_inside,
@@ -33,7 +34,6 @@ from mlpipe.serving import (
     guard_request_heads,
     label_metrics_by_route,
     request_stack,
-    set_current,
     span_headers,
     use_deadline,
 )
@@ -59,6 +59,8 @@ warnings.filterwarnings("ignore", message="X does not have valid feature names")
 # This worker's requests in flight: the front door, the overload gate and /readyz share it.
 admission = Admission(settings.reliability.max_inflight)
 batcher = Batcher("predict")
+# Where the request layers, built at import, find this worker's runtime: filled in __init__.
+runtime = RuntimeSlot()
 
 
 @bentoml.service(
@@ -79,7 +81,7 @@ class Scoring:
         self.runtime = ServingRuntime(settings)
         _share_readiness(self.runtime)
         self.runtime.start()
-        set_current(self.runtime)
+        runtime.runtime = self.runtime
         bind_once(self, "predict")
 
     @bentoml.api(
@@ -105,15 +107,15 @@ class Scoring:
         the reason), or saturated. BentoML's own 503 names no reason, so
         the reason goes in an HTTPException, which Starlette answers as plain text."""
         problem = self.runtime.readiness_problem()
-        if problem is None and admission.saturated():
-            problem = admission.overloaded()
+        if problem is None and (refusal := admission.refusal()):
+            problem = str(refusal)
         if problem is not None:
             raise HTTPException(503, f"not ready: {problem}")
         return True
 
     @bentoml.on_shutdown
     def shutdown(self) -> None:
-        set_current(None)
+        runtime.runtime = None
         self.runtime.close()
 
 
@@ -149,7 +151,7 @@ def _share_readiness(runtime: ServingRuntime) -> None:
 
 
 for cls, kwargs in request_stack(
-    settings, admission=admission, batch=batcher, span_headers=span_headers
+    settings, admission=admission, batch=batcher, runtime=runtime, span_headers=span_headers
 ):
     Scoring.add_asgi_middleware(cls, **kwargs)
-build_app_inside(Scoring, front_door(settings, admission), batcher)
+build_app_inside(Scoring, front_door(settings, admission, runtime), batcher)

@@ -121,3 +121,58 @@ def test_an_upward_import_is_caught(tmp_path: Path) -> None:
         "def f():\n    from mlpipe.deployments import Deployment\n"
     )
     assert upward_imports(tmp_path) == ["registry/_read.py:2 registry -> deployments"]
+
+
+SERVING = PACKAGE / "serving"
+_GLOBAL_RUNTIME = frozenset({"current", "set_current", "_current"})
+
+
+def _runtime_global_uses(node: ast.AST) -> list[str]:
+    """The names of the process-wide runtime ``node`` uses: ``_runtime.current``, an
+    import of ``current`` from serving, a ``global _current``."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return [node.attr] if node.value.id == "_runtime" and node.attr in _GLOBAL_RUNTIME else []
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mlpipe.serving"):
+        return [a.name for a in node.names if a.name in _GLOBAL_RUNTIME]
+    if isinstance(node, ast.Global):
+        return [name for name in node.names if name in _GLOBAL_RUNTIME]
+    return []
+
+
+def global_runtime_reads(root: Path = SERVING) -> list[str]:
+    """Every use of a process-wide runtime (``current()``, ``_runtime._current``) under ``root``.
+
+    The request layers are given the runtime's slot when they are built
+    (:class:`~mlpipe.serving.RuntimeSlot`); a request that fetched it from a
+    module global instead would depend on whichever runtime the process
+    published last, and its tests on publishing one.
+    """
+    found = [
+        (str(path.relative_to(root)), node.lineno, name)
+        for path in root.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        for name in _runtime_global_uses(node)
+    ]
+    return [f"{where}:{line} {name}" for where, line, name in sorted(found)]
+
+
+def test_no_request_reads_a_process_wide_runtime() -> None:
+    assert global_runtime_reads() == []
+
+
+def test_a_request_time_read_of_the_global_runtime_is_caught(tmp_path: Path) -> None:
+    """The check itself: a layer that fetches the runtime per request is reported."""
+    (tmp_path / "_gate.py").write_text(
+        "from mlpipe.serving import _runtime\n"
+        "from mlpipe.serving._runtime import current\n\n"
+        "async def gate(scope):\n"
+        "    global _current\n"
+        "    rt = _runtime.current()\n"
+        "    return _runtime._current\n"
+    )
+    assert global_runtime_reads(tmp_path) == [
+        "_gate.py:2 current",
+        "_gate.py:5 _current",
+        "_gate.py:6 current",
+        "_gate.py:7 _current",
+    ]

@@ -19,7 +19,7 @@ from mlpipe.serving._metrics import ServingMetrics, serving_metrics
 from mlpipe.serving._oip import InferenceProtocol
 from mlpipe.serving._overload import FrontDoor, OverloadGate, ReadinessGate
 from mlpipe.serving._pipeline import ScoringPipeline
-from mlpipe.serving._runtime import ServingRuntime, current, set_current
+from mlpipe.serving._runtime import RuntimeSlot, ServingRuntime
 from mlpipe.serving._schema import PredictRequest, PredictResponse
 from mlpipe.serving._server import (
     SERVICE,
@@ -87,6 +87,7 @@ __all__ = [
     "ReadinessGate",
     "ReadyBoard",
     "RequestIntake",
+    "RuntimeSlot",
     "ScoringPipeline",
     "ScoringProcess",
     "SecurityMetrics",
@@ -96,7 +97,6 @@ __all__ = [
     "VersionPlan",
     "bind_once",
     "build_app_inside",
-    "current",
     "exec_server",
     "free_port",
     "front_door",
@@ -107,7 +107,6 @@ __all__ = [
     "server_command",
     "service_dir",
     "serving_metrics",
-    "set_current",
     "span_headers",
     "use_deadline",
 ]

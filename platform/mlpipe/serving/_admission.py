@@ -24,6 +24,8 @@ import os
 import struct
 from pathlib import Path
 
+from mlpipe.serving._error_bodies import Overloaded
+
 
 class InflightBoard:
     """The scoring requests in flight of one server's workers: a slot each in a shared file.
@@ -149,6 +151,13 @@ class Admission:
         self.inflight += delta
         if self._board is not None:
             self._board.publish(self.inflight)
+
+    def refusal(self) -> Overloaded | None:
+        """The error a scoring request is refused with while saturated (503), else None.
+
+        The one saturation check: the front door, the overload gate and ``/readyz`` ask it.
+        """
+        return Overloaded(self.overloaded()) if self.saturated() else None
 
     def overloaded(self) -> str:
         """The refusal's message while saturated."""

@@ -31,9 +31,11 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from mlpipe.errors import StoreUnavailable
 from mlpipe.security import TenantDirectory, rate_limiter, retry_after, tenant_store
 from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Receive, Scope, Send, send_json
 from mlpipe.serving._context import ANONYMOUS, Caller, context_of
+from mlpipe.serving._error_bodies import RateLimited, Unauthenticated, error_for
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mlpipe.security")
 
-UNAUTHORIZED = {"error": "missing or invalid API key", "status": 401}
+UNAUTHORIZED = error_for(Unauthenticated("missing or invalid API key"))
 
 
 class AuthGateway:
@@ -81,8 +83,8 @@ class AuthGateway:
         d = self.directory
         required = self.mode == "on" or (self.mode == "auto" and d is not None and d.any_tenants)
         if self.mode != "off" and (d is None or not d.loaded):
-            body = {"error": "tenants unavailable", "status": 503}
-            await _reply(scope, send, 503, body, [CONNECTION_CLOSE])
+            body = error_for(StoreUnavailable("tenants unavailable"))
+            await _reply(scope, send, body, [CONNECTION_CLOSE])
             return
         if not required:
             context_of(scope).caller = ANONYMOUS
@@ -93,21 +95,22 @@ class AuthGateway:
         if tenant is None:
             self.metrics.auth_rejected.inc()
             extra = [(b"www-authenticate", b"Bearer"), CONNECTION_CLOSE]
-            await _reply(scope, send, 401, UNAUTHORIZED, extra)
+            await _reply(scope, send, UNAUTHORIZED, extra)
             return
         wait = self.limiter.take(tenant.name, tenant.rate, tenant.burst)
         if wait > 0:
             self.metrics.tenant_requests.labels(tenant.name, "throttled").inc()
             seconds = retry_after(wait)
-            body = {
-                "error": f"rate limit of tenant {tenant.name!r} exceeded "
-                f"({tenant.rate:g}/s, burst {tenant.burst}); retry after {seconds}s",
-                "status": 429,
-            }
+            body = error_for(
+                RateLimited(
+                    f"rate limit of tenant {tenant.name!r} exceeded "
+                    f"({tenant.rate:g}/s, burst {tenant.burst}); retry after {seconds}s"
+                )
+            )
             # Answered before its body was read: the connection closes after it (HeadGuard), so
             # say so, or a client sends its next request into the closing connection.
             extra = [(b"retry-after", str(seconds).encode()), CONNECTION_CLOSE]
-            await _reply(scope, send, 429, body, extra)
+            await _reply(scope, send, body, extra)
             return
         self.metrics.tenant_requests.labels(tenant.name, "allowed").inc()
         charge = functools.partial(self.limiter.take, tenant.name, tenant.rate, tenant.burst)
@@ -132,14 +135,14 @@ def _key_from(headers: list[tuple[bytes, bytes]]) -> str | None:
 async def _reply(
     scope: Scope,
     send: Send,
-    status: int,
     body: dict[str, Any],
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
+    """Answer with the error ``body`` (its ``status`` is the HTTP status); a websocket is closed."""
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": 1008})
         return
-    await send_json(send, status, body, extra or [])
+    await send_json(send, body["status"], body, extra or [])
 
 
 class SecurityMetrics:

@@ -19,11 +19,12 @@ before the request joins a batch:
   parsed, validated and serialized every request a second time: half the
   server's CPU a request; decision 018) and gives an error item its own status.
 
-Every error body is ``{"error": ..., "status": ..., "field": ...}``; statuses
-come from :mod:`mlpipe.errors` in :func:`~mlpipe.serving._error_bodies.error_for`,
-the one place that maps them. A rejected request never reaches the pipeline, so
-it leaves no log row. These checks are :func:`parse_request` and :func:`admit`,
-which the Open Inference Protocol layer applies to every row of an infer request.
+Every error body is ``{"error": ..., "status": ..., "field": ...}``; a refusal
+is an error whose class gives the status in
+:data:`~mlpipe.serving._error_bodies.HTTP_STATUS`, the one table of them. A
+rejected request never reaches the pipeline, so it leaves no log row. These
+checks are :func:`parse_request` and :func:`admit`, which the Open Inference
+Protocol layer applies to every row of an infer request.
 
 BentoML's OpenAPI document (``/docs.json``) describes the batch API it serves,
 a list of requests; the gateway rewrites the ``/predict`` operation in it to the
@@ -44,7 +45,7 @@ import msgspec
 from pydantic import ValidationError
 
 from mlpipe.errors import MlpipeError
-from mlpipe.serving import _oip_schema, _runtime
+from mlpipe.serving import _oip_schema
 from mlpipe.serving._asgi import (
     ASGIApp,
     ClientDisconnected,
@@ -55,10 +56,18 @@ from mlpipe.serving._asgi import (
     read_body,
 )
 from mlpipe.serving._context import RequestContext, Route, context_of
-from mlpipe.serving._error_bodies import error_body, error_for
+from mlpipe.serving._error_bodies import (
+    HTTP_STATUS,
+    InvalidRequest,
+    MalformedRequest,
+    Overloaded,
+    error_body,
+    error_for,
+    status_of,
+)
 from mlpipe.serving._ids import invisible_character_problem, new_request_id
 from mlpipe.serving._refusal import refuse
-from mlpipe.serving._runtime import ServingRuntime
+from mlpipe.serving._runtime import RuntimeSlot
 from mlpipe.serving._schema import (
     PredictRequest,
     PredictResponse,
@@ -94,22 +103,17 @@ _ERRORS = {
 }
 
 
+_OVERLOADED = HTTP_STATUS[Overloaded]  # BentoML's batcher refuses with its own 503
+
 # Answers one request as part of a batch: BentoML's adaptive batcher in the service.
 Batch = Callable[[PredictRequest], Awaitable[dict[str, Any]]]
 
 
-class Refused(Exception):
-    """A request answered with ``body`` (an error body) instead of being scored."""
-
-    def __init__(self, body: dict[str, Any]) -> None:
-        super().__init__(body["error"])
-        self.body = body
-
-
 def parse_request(data: bytes | dict[str, Any]) -> PredictRequest:
-    """A ``/predict`` body (JSON bytes, or the dict of one) as a request; raises :class:`Refused`.
+    """A ``/predict`` body (JSON bytes, or the dict of one) as a request.
 
-    Malformed JSON is 400; a body that breaks the contract is 422 naming the field.
+    Raises :class:`MalformedRequest` for malformed JSON (400), :class:`InvalidRequest`
+    naming the field for a body that breaks the contract (422).
     """
     try:
         if isinstance(data, dict):
@@ -118,32 +122,29 @@ def parse_request(data: bytes | dict[str, Any]) -> PredictRequest:
     except ValidationError as exc:
         field, message = describe_validation_error(exc)
         if exc.errors()[0]["type"] == "json_invalid":
-            raise Refused(error_body(f"malformed JSON: {message}", 400)) from exc
-        raise Refused(error_body(message, 422, field)) from exc
+            raise MalformedRequest(f"malformed JSON: {message}") from exc
+        raise InvalidRequest(message, field) from exc
 
 
-def admit(rt: ServingRuntime | None, req: PredictRequest, ctx: RequestContext) -> PredictRequest:
-    """``req`` ready for a batch, or :class:`Refused`: the gateway's checks, in one place.
+def admit(runtime: RuntimeSlot, req: PredictRequest, ctx: RequestContext) -> PredictRequest:
+    """``req`` ready for a batch: the gateway's checks, in one place.
 
-    A control character in a string the log keeps is 400, a zero-width or
-    bidirectional formatting one in an id or entity value 422; not ready is 503; a
-    model not served here is 404; a missing input or a join key outside its
-    entity's type is 422 naming the field. The admitted request gets its
-    ``request_id`` (if absent), ``received_ns`` (when the intake saw it, else
-    now), ``tenant`` and ``pin`` (from the request's context, ``ctx``).
+    Raises an :class:`~mlpipe.errors.MlpipeError` whose class is the answer
+    (:data:`~mlpipe.serving._error_bodies.HTTP_STATUS`): a control character
+    in a string the log keeps is 400, a zero-width or bidirectional formatting
+    one in an id or entity value 422; not ready is 503; a model not served
+    here is 404; a missing input or a join key outside its entity's type is
+    422 naming the field. The admitted request gets its ``request_id`` (if
+    absent), ``received_ns`` (when the intake saw it, else now), ``tenant``
+    and ``pin`` (from the request's context, ``ctx``).
     """
     problem = control_character_problem(req)
     if problem is not None:
-        raise Refused(error_body(problem[1], 400, problem[0]))
+        raise MalformedRequest(problem[1], problem[0])
     problem = invisible_character_problem(req)
     if problem is not None:
-        raise Refused(error_body(problem[1], 422, problem[0]))
-    if rt is None or not rt.ready:
-        raise Refused(error_body("not ready: models still loading", 503))
-    try:
-        rt.pipeline.check(req)
-    except MlpipeError as exc:
-        raise Refused(error_for(exc)) from exc
+        raise InvalidRequest(problem[1], problem[0])
+    runtime.ready_runtime().pipeline.check(req)
     return req.model_copy(
         update={
             "request_id": req.request_id or new_request_id(),
@@ -154,15 +155,6 @@ def admit(rt: ServingRuntime | None, req: PredictRequest, ctx: RequestContext) -
     )
 
 
-def _status_of(exc: Exception) -> int:
-    """The HTTP status an exception carries (BentoML's ``error_code``), else 500."""
-    code = getattr(exc, "error_code", None)
-    try:
-        return int(code) if code is not None else 500
-    except (TypeError, ValueError):
-        return 500
-
-
 class PredictGateway:
     """Wraps the BentoML app; only ``POST /predict`` is answered here, through ``batch``."""
 
@@ -170,10 +162,12 @@ class PredictGateway:
         self,
         app: ASGIApp,
         *,
+        runtime: RuntimeSlot,
         batch: Batch,
         response_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
     ) -> None:
         self.app = app
+        self.runtime = runtime
         self.batch = batch
         self.response_headers = response_headers
 
@@ -185,37 +179,37 @@ class PredictGateway:
         if ctx.route is not Route.PREDICT or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        rt = _runtime.current()
         started = time.perf_counter()
         try:
             body = await read_body(scope, receive)  # the intake held it to max_body_bytes
         except ClientDisconnected:
             return  # nobody to answer
         try:
-            req = admit(rt, parse_request(body), ctx)
-        except Refused as exc:
-            await refuse(send, exc.body)
+            req = admit(self.runtime, parse_request(body), ctx)
+        except MlpipeError as exc:
+            await refuse(self.runtime, send, error_for(exc))
             return
-        assert rt is not None  # admit refuses while there is none
-        await self._answer(send, rt, req, started)
+        await self._answer(send, req, started)
 
-    async def _answer(
-        self, send: Send, rt: ServingRuntime, req: PredictRequest, started: float
-    ) -> None:
+    async def _answer(self, send: Send, req: PredictRequest, started: float) -> None:
         """Hand ``req`` to the batcher and answer with its result, or its error's status."""
         try:
             result = await self.batch(req)
         except Exception as exc:  # the batcher's refusal (503) or a failed batch (500)
-            status = _status_of(exc)
-            if status >= 500 and status != 503:
-                logger.exception("batch with request %s failed", req.request_id)
-            message = str(exc) if status == 503 else "the batch failed; see the server log"
-            body = {**error_body(message, status), "request_id": req.request_id}
-            await refuse(send, body)
+            status = status_of(exc)
+            if status == _OVERLOADED:
+                body = error_body(str(exc), status)
+            else:
+                if status >= 500:
+                    logger.exception("batch with request %s failed", req.request_id)
+                body = error_body("the batch failed; see the server log", status)
+            await refuse(self.runtime, send, {**body, "request_id": req.request_id})
             return
         if "error" in result:
-            await refuse(send, result)
+            await refuse(self.runtime, send, result)
             return
+        rt = self.runtime.runtime
+        assert rt is not None  # admitted: the slot holds a ready runtime
         rt.metrics.latency.labels(req.model, result["arm"]).observe(time.perf_counter() - started)
         data = _ENCODE(result)
         headers = [*_JSON, (b"content-length", str(len(data)).encode())]
@@ -284,4 +278,4 @@ def _buffered(send: Send, finish: Callable[[Message, bytes], Awaitable[None]]) -
     return capture
 
 
-__all__ = ["PredictGateway", "Refused", "admit", "parse_request"]
+__all__ = ["PredictGateway", "admit", "parse_request"]

@@ -44,8 +44,14 @@ from mlpipe.serving._asgi import (
     read_body,
 )
 from mlpipe.serving._context import context_of
-from mlpipe.serving._error_bodies import error_body
+from mlpipe.serving._error_bodies import (
+    BodyTooLarge,
+    BodyTooSlow,
+    UnsupportedMediaType,
+    error_for,
+)
 from mlpipe.serving._refusal import refuse
+from mlpipe.serving._runtime import RuntimeSlot
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BINARY_TENSORS = "application/octet-stream"
@@ -54,8 +60,16 @@ _BINARY_TENSORS = "application/octet-stream"
 class RequestIntake:
     """415 for a body that is not JSON, 413 over the size limit, 408 for a body too slow."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        timeout_s: float,
+        runtime: RuntimeSlot | None = None,
+    ) -> None:
         self.app = app
+        self.runtime = runtime or RuntimeSlot()  # where its refusals are counted
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
 
@@ -75,7 +89,9 @@ class RequestIntake:
             (p for t in types if (p := _content_type_problem(scope["path"], t, headers))), None
         )
         if problem is not None:
-            await refuse(send, error_body(problem, 415), [CONNECTION_CLOSE])
+            await refuse(
+                self.runtime, send, error_for(UnsupportedMediaType(problem)), [CONNECTION_CLOSE]
+            )
             return
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -84,11 +100,11 @@ class RequestIntake:
             return  # nobody to answer, and nothing below should act on half a body
         except TimeoutError:
             message = f"request body not received within {self.timeout_s:g} s"
-            await refuse(send, error_body(message, 408), [CONNECTION_CLOSE])
+            await refuse(self.runtime, send, error_for(BodyTooSlow(message)), [CONNECTION_CLOSE])
             return
         if body is None:
             message = f"body over {self.max_body_bytes} bytes"
-            await refuse(send, error_body(message, 413), [CONNECTION_CLOSE])
+            await refuse(self.runtime, send, error_for(BodyTooLarge(message)), [CONNECTION_CLOSE])
             return
         await self.app(scope, _replay(body, receive), send)
 

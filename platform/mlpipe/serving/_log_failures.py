@@ -14,7 +14,7 @@ import time
 from threading import Lock
 from typing import Any
 
-from mlpipe.serving._error_bodies import error_body
+from mlpipe.serving._error_bodies import LogUnavailable, error_for
 
 logger = logging.getLogger("mlpipe.serving")
 
@@ -49,7 +49,8 @@ class LogFailurePolicy:
                 self._last, self._lost = now, 0
         if self.policy == "fail_open":
             return None
-        return error_body(f"prediction log unavailable ({type(exc).__name__}); not answered", 503)
+        message = f"prediction log unavailable ({type(exc).__name__}); not answered"
+        return error_for(LogUnavailable(message))
 
 
 __all__ = ["LogFailurePolicy"]

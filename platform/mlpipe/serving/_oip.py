@@ -53,8 +53,8 @@ import math
 import time
 from typing import Any
 
+from mlpipe.errors import MlpipeError, NotFound
 from mlpipe.security import retry_after
-from mlpipe.serving import _runtime
 from mlpipe.serving._asgi import (
     ASGIApp,
     ClientDisconnected,
@@ -65,8 +65,16 @@ from mlpipe.serving._asgi import (
     send_json,
 )
 from mlpipe.serving._context import Caller, Route, context_of
-from mlpipe.serving._error_bodies import error_body
-from mlpipe.serving._gateway import Refused, admit, parse_request
+from mlpipe.serving._error_bodies import (
+    HTTP_STATUS,
+    ModelUnavailable,
+    NoSuchEndpoint,
+    NotReady,
+    RateLimited,
+    ServerFailure,
+    error_for,
+)
+from mlpipe.serving._gateway import admit, parse_request
 from mlpipe.serving._oip_codec import (
     ProtocolError,
     check_shared,
@@ -81,6 +89,7 @@ from mlpipe.serving._oip_codec import (
 )
 from mlpipe.serving._oip_schema import PREFIX
 from mlpipe.serving._refusal import refuse
+from mlpipe.serving._runtime import RuntimeSlot, ServingRuntime
 
 logger = logging.getLogger("mlpipe.serving.oip")
 
@@ -94,8 +103,9 @@ CHUNK_ROWS = 64
 class InferenceProtocol:
     """Wraps the app below the auth layer; only paths under ``/v2`` are touched."""
 
-    def __init__(self, app: ASGIApp, *, max_rows: int = 1024) -> None:
+    def __init__(self, app: ASGIApp, *, runtime: RuntimeSlot, max_rows: int = 1024) -> None:
         self.app = app
+        self.runtime = runtime
         self.max_rows = max_rows
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -107,8 +117,8 @@ class InferenceProtocol:
             await self._route(scope, receive, send)
         except ClientDisconnected:
             return  # nobody to answer
-        except ProtocolError as exc:
-            await send_json(send, exc.status, {"error": str(exc), "status": exc.status})
+        except MlpipeError as exc:  # this layer's own refusals carry no field, and are not counted
+            await send_json(send, *_plain(error_for(exc)))
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
         parts = [p for p in scope["path"][len(PREFIX) :].split("/") if p]
@@ -118,11 +128,11 @@ class InferenceProtocol:
         elif method == "GET" and parts == ["health", "live"]:
             await send_json(send, 200, {"live": True})
         elif method == "GET" and parts == ["health", "ready"]:
-            await _health_ready(send)
+            await _health_ready(send, self.runtime.runtime)
         elif len(parts) >= 2 and parts[0] == "models":
             await self._model_route(scope, receive, send, parts[1], parts[2:])
         else:
-            raise ProtocolError(f"no such endpoint: {method} {scope['path']}", 404)
+            raise NoSuchEndpoint(f"no such endpoint: {method} {scope['path']}")
 
     async def _model_route(
         self, scope: Scope, receive: Receive, send: Send, name: str, rest: list[str]
@@ -135,7 +145,7 @@ class InferenceProtocol:
                     f"POST {PREFIX}/models/{name}/infer instead"
                 )
             rest = rest[2:]
-        served = _served(name)
+        served = _served(self.runtime, name)
         if method == "GET" and rest == []:
             await send_json(send, 200, model_metadata(served))
         elif method == "GET" and rest == ["ready"]:
@@ -143,7 +153,7 @@ class InferenceProtocol:
         elif method == "POST" and rest == ["infer"]:
             await self._infer(scope, receive, send, served)
         else:
-            raise ProtocolError(f"no such endpoint: {method} {scope['path']}", 404)
+            raise NoSuchEndpoint(f"no such endpoint: {method} {scope['path']}")
 
     # -- infer --
 
@@ -157,31 +167,32 @@ class InferenceProtocol:
         outputs = outputs_of(task_of(served))
         # refuse outputs unknown, or not shared by the versions that answer, before scoring
         check_shared(served, requested_outputs(request, outputs))
-        rt = _runtime.current()
         ctx = context_of(scope)
         try:
             requests = []
             for i, row in enumerate(rows):
                 if i % CHUNK_ROWS == 0:  # decoding the tensors was the first piece
                     await asyncio.sleep(0)
-                requests.append(admit(rt, parse_request(row), ctx))
-        except Refused as exc:
-            await refuse(send, exc.body)
+                requests.append(admit(self.runtime, parse_request(row), ctx))
+        except MlpipeError as exc:
+            await refuse(self.runtime, send, error_for(exc))
             return
-        assert rt is not None  # admit refuses while there is none
+        rt = self.runtime.ready_runtime()  # admitted: it is there
         over_limit = _charge_rows(ctx.caller, len(requests))
         if over_limit is not None:
-            await refuse(send, *over_limit)
+            await refuse(self.runtime, send, *over_limit)
             return
         try:
             answers = await rt.pipeline.predict_together_async(requests, chunk=CHUNK_ROWS)
         except Exception:  # a bug, not the request: the server log has it, the client a 500
             logger.exception("infer request of %d rows for %s failed", len(requests), served.name)
-            await refuse(send, error_body("the batch failed; see the server log", 500))
+            await refuse(
+                self.runtime, send, error_for(ServerFailure("the batch failed; see the server log"))
+            )
             return
         failed = next((a for a in answers if "error" in a), None)
         if failed is not None:
-            await refuse(send, {k: v for k, v in failed.items() if k != "request_id"})
+            await refuse(self.runtime, send, {k: v for k, v in failed.items() if k != "request_id"})
             return
         elapsed = time.perf_counter() - started
         for answer in answers:
@@ -211,37 +222,40 @@ def _charge_rows(
             f"rate limit of tenant {tenant!r}: {rows} rows cost {rows} tokens, more than "
             "its burst holds; send fewer rows per request"
         )
-        return error_body(message, 429), []
+        return error_for(RateLimited(message)), []
     seconds = retry_after(wait)
     message = (
         f"rate limit of tenant {tenant!r} exceeded: {rows} rows cost {rows} tokens; "
         f"retry after {seconds}s"
     )
-    return error_body(message, 429), [(b"retry-after", str(seconds).encode())]
+    return error_for(RateLimited(message)), [(b"retry-after", str(seconds).encode())]
 
 
-async def _health_ready(send: Send) -> None:
+async def _health_ready(send: Send, rt: ServingRuntime | None) -> None:
     """Server readiness, as ``/readyz`` decides it (less saturation: an OIP client's probe)."""
-    rt = _runtime.current()
     problem = "models still loading" if rt is None else rt.readiness_problem()
     if problem is None:
         await send_json(send, 200, {"ready": True})
     else:
-        await send_json(send, 503, {"ready": False, "error": f"not ready: {problem}"})
+        status = HTTP_STATUS[NotReady]
+        await send_json(send, status, {"ready": False, "error": f"not ready: {problem}"})
 
 
-def _served(name: str) -> Any:
-    rt = _runtime.current()
-    if rt is None or not rt.ready:
-        raise ProtocolError("not ready: models still loading", 503)
+def _served(runtime: RuntimeSlot, name: str) -> Any:
+    rt = runtime.ready_runtime()
     served = rt.loader.models.get(name)
     if served is None:
         failure = rt.loader.failures.get(name)
         if failure is not None:
-            raise ProtocolError(failure.message(name), 503)
+            raise ModelUnavailable(failure.message(name))
         known = ", ".join(sorted(rt.loader.models)) or "none"
-        raise ProtocolError(f"model {name!r} is not deployed here (serving: {known})", 404)
+        raise NotFound(f"model {name!r} is not deployed here (serving: {known})")
     return served
+
+
+def _plain(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(status, body) of this layer's own refusal: the body without a ``field``."""
+    return body["status"], {"error": body["error"], "status": body["status"]}
 
 
 def _server_metadata() -> dict[str, Any]:

@@ -6,7 +6,8 @@ as JSON or in Triton's binary tensor extension; :func:`request_rows` turns the
 tensors into one ``/predict`` body per row, by the model's inputs
 (:func:`model_metadata`); :func:`encode_response` puts the answers back
 together as output tensors, binary where the request asked. Everything a
-request can get wrong raises :class:`ProtocolError` with the status to answer.
+request can get wrong raises a :class:`ProtocolError`, whose class gives the status to
+answer (:data:`~mlpipe.serving._error_bodies.HTTP_STATUS`).
 
 The outputs follow the task of the deployed version (:func:`outputs_of`):
 binary ``score`` (FP64) and ``label`` (INT64), as ever; multiclass
@@ -28,6 +29,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from mlpipe.registry import OIP_TYPES
+from mlpipe.serving._error_bodies import InvalidRequest, MalformedRequest, ServerFailure
 from mlpipe.serving._oip_schema import InferenceRequest
 from mlpipe.serving._schema import control_character, describe_validation_error
 from mlpipe.tasks import TaskSpec
@@ -53,12 +55,16 @@ _NUMPY = {
 }
 
 
-class ProtocolError(Exception):
-    """A request this layer refuses before anything reaches ``/predict``."""
+class ProtocolError(MalformedRequest):
+    """A request this layer refuses before anything reaches ``/predict`` (400)."""
 
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
+
+class InvalidTensor(InvalidRequest, ProtocolError):
+    """A tensor's values that no row of ``/predict`` would take either (422)."""
+
+
+class UnsharedOutputs(ServerFailure, ProtocolError):
+    """Outputs the deployed versions do not share, so the server cannot answer them (500)."""
 
 
 def _inputs_of(served: Any) -> tuple[list[str], list[str]]:
@@ -283,10 +289,10 @@ def _feature_column(name: str, values: np.ndarray, datatype: str) -> list[Any]:
     if values.dtype == object:
         return [_number(name, v, datatype) for v in values]
     if values.dtype == np.bool_ and datatype != "BOOL":
-        raise ProtocolError(f"inputs.{name}: {_input_kind(datatype)}, not BOOL", 422)
+        raise InvalidTensor(f"inputs.{name}: {_input_kind(datatype)}, not BOOL")
     numbers = values.astype(np.float64)
     if np.isinf(numbers).any():
-        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+        raise InvalidTensor(f"inputs.{name}: values must be finite numbers")
     return [None if v != v else v for v in numbers.tolist()]  # only NaN differs from itself
 
 
@@ -300,17 +306,17 @@ def _number(name: str, value: Any, datatype: str) -> float | None:
         return None
     if isinstance(value, bool | np.bool_) and datatype != "BOOL":
         got = str(bool(value)).lower()
-        raise ProtocolError(f"inputs.{name}: {_input_kind(datatype)}, got a boolean ({got})", 422)
+        raise InvalidTensor(f"inputs.{name}: {_input_kind(datatype)}, got a boolean ({got})")
     try:
         number = float(value)
     except OverflowError as exc:  # an integer past float64's range, sent as BYTES
-        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422) from exc
+        raise InvalidTensor(f"inputs.{name}: values must be finite numbers") from exc
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"inputs.{name}: values must be numbers") from exc
     if isinstance(value, str | bytes) and not math.isfinite(number):  # "NaN" is no gap
-        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+        raise InvalidTensor(f"inputs.{name}: values must be finite numbers")
     if math.isinf(number):
-        raise ProtocolError(f"inputs.{name}: values must be finite numbers", 422)
+        raise InvalidTensor(f"inputs.{name}: values must be finite numbers")
     return None if number != number else number
 
 
@@ -321,7 +327,7 @@ def _text(name: str, value: Any) -> str | None:
     if isinstance(value, float) and value != value:  # NaN: missing, as in a number input
         return None
     if not isinstance(value, bytes):
-        raise ProtocolError(f"inputs.{name}: a string input (BYTES), got {value!r}", 422)
+        raise InvalidTensor(f"inputs.{name}: a string input (BYTES), got {value!r}")
     try:
         return value.decode()
     except UnicodeDecodeError as exc:
@@ -352,7 +358,7 @@ def encode_response(
     ``outputs`` are the model's (:func:`outputs_of`). Versions that do not share them
     are refused before scoring (:func:`check_shared`); should the answers still
     disagree (a new generation of another task swapped in meanwhile), it is a
-    ProtocolError (500).
+    UnsharedOutputs (500).
     """
     wanted = request.get("outputs")
     names = requested_outputs(request, outputs)
@@ -402,10 +408,9 @@ def _tensor(name: str, answers: list[dict[str, Any]]) -> tuple[list[Any], list[i
             return [p for row in rows for p in row], [len(rows), len(rows[0])]
         return [a[name] for a in answers], [len(answers)]
     except KeyError as exc:
-        raise ProtocolError(
+        raise UnsharedOutputs(
             f"output {name!r}: the deployed versions predict different tasks or classes; "
-            "ask for the outputs they share",
-            500,
+            "ask for the outputs they share"
         ) from exc
 
 
@@ -421,10 +426,9 @@ def check_shared(served: Any, names: list[str]) -> None:
     asked = [n for n in names if n not in ANSWERED_BY]
     if asked:
         each = ", ".join(f"{v}: {t.describe()}" for v, t in tasks.items())
-        raise ProtocolError(
+        raise UnsharedOutputs(
             f"outputs {asked}: the deployed versions of {served.name} predict differently "
-            f"({each}); ask only for {', '.join(ANSWERED_BY)}, or use /predict",
-            500,
+            f"({each}); ask only for {', '.join(ANSWERED_BY)}, or use /predict"
         )
 
 
@@ -458,7 +462,9 @@ __all__ = [
     "MATRIX_INPUT",
     "MAX_DIMENSIONS",
     "OUTPUTS",
+    "InvalidTensor",
     "ProtocolError",
+    "UnsharedOutputs",
     "check_shared",
     "decode_request",
     "encode_response",

@@ -38,25 +38,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mlpipe.serving import _runtime
 from mlpipe.serving._admission import Admission
 from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Message, Receive, Scope, Send
 from mlpipe.serving._context import Route, context_of
-from mlpipe.serving._error_bodies import error_body
+from mlpipe.serving._error_bodies import NotReady, error_for
 from mlpipe.serving._refusal import refuse
+from mlpipe.serving._runtime import RuntimeSlot
 
 
 class FrontDoor:
     """Refuse scoring requests at once while saturated; pass everything else."""
 
-    def __init__(self, app: ASGIApp, *, admission: Admission, retry_after_s: int = 1) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        admission: Admission,
+        retry_after_s: int = 1,
+        runtime: RuntimeSlot | None = None,
+    ) -> None:
         self.app = app
         self.admission = admission
+        self.runtime = runtime or RuntimeSlot()
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if context_of(scope).route.scoring and self.admission.saturated():
-            await refuse(send, error_body(self.admission.overloaded(), 503), [self.retry_after])
+        if context_of(scope).route.scoring and (refusal := self.admission.refusal()):
+            await refuse(self.runtime, send, error_for(refusal), [self.retry_after])
             return
         await self.app(scope, receive, send)
 
@@ -65,16 +73,22 @@ class ReadinessGate:
     """Refuse scoring requests while this worker's models are loading; pass everything else."""
 
     def __init__(
-        self, app: ASGIApp, *, retry_after_s: int = 1, ready: Callable[[], bool] | None = None
+        self,
+        app: ASGIApp,
+        *,
+        retry_after_s: int = 1,
+        runtime: RuntimeSlot | None = None,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self.app = app
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
-        self._ready = ready or _runtime_ready
+        self.runtime = runtime or RuntimeSlot()
+        self._ready = ready or self.runtime.ready
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if context_of(scope).route.scoring and not self._ready():
-            body = error_body("not ready: models still loading", 503)
-            await refuse(send, body, [self.retry_after, CONNECTION_CLOSE])
+            body = error_for(NotReady("not ready: models still loading"))
+            await refuse(self.runtime, send, body, [self.retry_after, CONNECTION_CLOSE])
             return
         await self.app(scope, receive, send)
 
@@ -89,8 +103,10 @@ class OverloadGate:
         admission: Admission,
         retry_after_s: int = 1,
         reconnect_every: int = 0,
+        runtime: RuntimeSlot | None = None,
     ) -> None:
         self.app = app
+        self.runtime = runtime or RuntimeSlot()
         self.admission = admission
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
         self.reconnect_every = reconnect_every
@@ -101,8 +117,8 @@ class OverloadGate:
             await self.app(scope, receive, send)
             return
         admission = self.admission
-        if admission.saturated():
-            await refuse(send, error_body(admission.overloaded(), 503), [self.retry_after])
+        if refusal := admission.refusal():
+            await refuse(self.runtime, send, error_for(refusal), [self.retry_after])
             return
         self._admitted += 1
         if self.reconnect_every and self._admitted % self.reconnect_every == 0:
@@ -123,11 +139,6 @@ def _closing(send: Send) -> Send:
         await send(message)
 
     return closing
-
-
-def _runtime_ready() -> bool:
-    rt = _runtime.current()
-    return rt is not None and rt.ready
 
 
 __all__ = ["FrontDoor", "OverloadGate", "ReadinessGate"]

@@ -13,15 +13,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlpipe.serving._asgi import Send, send_json
-from mlpipe.serving._runtime import current
+from mlpipe.serving._runtime import RuntimeSlot
 
 
 async def refuse(
-    send: Send, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()
+    slot: RuntimeSlot,
+    send: Send,
+    body: dict[str, Any],
+    headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
-    """Answer with the error ``body`` (its ``status`` is the HTTP status) and count it."""
+    """Answer with the error ``body`` (its ``status`` is the HTTP status) and count it
+    in the metrics of the runtime in ``slot`` (none before there is one)."""
     status = body["status"]
-    rt = current()
+    rt = slot.runtime
     if rt is not None:
         rt.metrics.rejected.labels(str(status)).inc()
     await send_json(send, status, body, headers)

@@ -1,8 +1,10 @@
 """One worker's serving state: loader, prediction log, pipeline and metrics.
 
-The BentoML service builds one :class:`ServingRuntime` per worker process and
-publishes it with :func:`set_current`, so the gateway middleware (built by
-Starlette in the same process) can validate against the same loaded models.
+The BentoML service builds one :class:`ServingRuntime` per worker process, in
+its ``__init__``. BentoML builds the app, and so the request layers, before
+that, at import: the layers are given a :class:`RuntimeSlot` when they are
+built, which the service fills with the runtime once it exists, and they read
+the runtime from it, never from a process-wide global.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.predlog import open_sink
+from mlpipe.serving._error_bodies import NotReady
 from mlpipe.serving._generations import GenerationLoader
 from mlpipe.serving._ids import worker_id
 from mlpipe.serving._metrics import serving_metrics
@@ -93,17 +96,29 @@ class ServingRuntime:
         self.sink.close()
 
 
-_current: ServingRuntime | None = None
+class RuntimeSlot:
+    """Where the request layers find the worker's runtime: empty until the service fills it.
+
+    :meth:`ready_runtime` is the one readiness check of a request: the readiness
+    gate, the gateway and the Open Inference Protocol layer all ask it.
+    """
+
+    __slots__ = ("runtime",)
+
+    def __init__(self, runtime: ServingRuntime | None = None) -> None:
+        self.runtime = runtime
+
+    def ready(self) -> bool:
+        """There is a runtime and every deployed model was loaded or refused."""
+        rt = self.runtime
+        return rt is not None and rt.ready
+
+    def ready_runtime(self) -> ServingRuntime:
+        """The runtime, ready to answer; raises :class:`NotReady` (503) until it is."""
+        rt = self.runtime
+        if rt is None or not rt.ready:
+            raise NotReady("not ready: models still loading")
+        return rt
 
 
-def set_current(runtime: ServingRuntime | None) -> None:
-    global _current
-    _current = runtime
-
-
-def current() -> ServingRuntime | None:
-    """This process's runtime, or None before the service has started."""
-    return _current
-
-
-__all__ = ["ServingRuntime", "current", "set_current"]
+__all__ = ["RuntimeSlot", "ServingRuntime"]

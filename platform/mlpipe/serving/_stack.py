@@ -45,6 +45,13 @@ A request meets, in this order (before any of it, the worker's HTTP protocol,
       directly, not through BentoML's HTTP route (decision 018). Everything else falls
       through to BentoML's routes (``/livez``, ``/readyz``, ``/metrics``, and
       ``/docs.json``, which it rewrites on the way out).
+
+The layers share three things, each set in one place: the request's context
+(:mod:`mlpipe.serving._context`: its route, matched once by the front door;
+the caller, set by auth; the arrival, stamped by the intake), the worker's
+runtime (a :class:`~mlpipe.serving.RuntimeSlot` every layer is given when it
+is built, which the service fills once the runtime exists), and the statuses
+of their refusals (:data:`~mlpipe.serving._error_bodies.HTTP_STATUS`).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from mlpipe.serving._gateway import Batch, PredictGateway
 from mlpipe.serving._intake import RequestIntake
 from mlpipe.serving._oip import InferenceProtocol
 from mlpipe.serving._overload import FrontDoor, OverloadGate, ReadinessGate
+from mlpipe.serving._runtime import RuntimeSlot
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -75,6 +83,7 @@ def request_stack(
     *,
     admission: Admission,
     batch: Batch,
+    runtime: RuntimeSlot,
     span_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
     ready: Callable[[], bool] | None = None,
 ) -> list[Layer]:
@@ -82,37 +91,57 @@ def request_stack(
 
     ``admission`` is the worker's, shared with :func:`front_door` and ``/readyz``;
     ``batch`` answers one request as part of a batch (BentoML's batcher);
+    ``runtime`` is where the layers find the worker's runtime once the service has
+    made it (they are built before it exists);
     ``span_headers`` gives the tracing headers the gateway adds to an answer
     when ``serving.tracing`` is on; ``ready`` says whether the worker's models are
-    loaded (by default, whether the process's runtime is ready).
+    loaded (by default, whether the runtime in ``runtime`` is ready).
     """
     s, r = settings.serving, settings.reliability
     return [
         Layer(AuthGateway, {"settings": settings}),
-        Layer(ReadinessGate, {"retry_after_s": r.retry_after_s, "ready": ready}),
         Layer(
-            RequestIntake, {"max_body_bytes": s.max_body_bytes, "timeout_s": s.request_timeout_s}
+            ReadinessGate, {"retry_after_s": r.retry_after_s, "runtime": runtime, "ready": ready}
         ),
-        Layer(InferenceProtocol, {}),
+        Layer(
+            RequestIntake,
+            {
+                "max_body_bytes": s.max_body_bytes,
+                "timeout_s": s.request_timeout_s,
+                "runtime": runtime,
+            },
+        ),
+        Layer(InferenceProtocol, {"runtime": runtime}),
         Layer(
             OverloadGate,
             {
                 "admission": admission,
                 "retry_after_s": r.retry_after_s,
                 "reconnect_every": r.reconnect_every,
+                "runtime": runtime,
             },
         ),
         Layer(
             PredictGateway,
-            {"batch": batch, "response_headers": span_headers if s.tracing else None},
+            {
+                "runtime": runtime,
+                "batch": batch,
+                "response_headers": span_headers if s.tracing else None,
+            },
         ),
     ]
 
 
-def front_door(settings: Settings, admission: Admission) -> Layer:
-    """The layer around BentoML's whole app, on the worker's ``admission``."""
+def front_door(settings: Settings, admission: Admission, runtime: RuntimeSlot) -> Layer:
+    """The layer around BentoML's whole app, on the worker's ``admission``; it makes each
+    request's context (:mod:`mlpipe.serving._context`), so the path is matched once."""
     return Layer(
-        FrontDoor, {"admission": admission, "retry_after_s": settings.reliability.retry_after_s}
+        FrontDoor,
+        {
+            "admission": admission,
+            "retry_after_s": settings.reliability.retry_after_s,
+            "runtime": runtime,
+        },
     )
 
 

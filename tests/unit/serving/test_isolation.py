@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from mlpipe.config import load_settings
-from mlpipe.serving import set_current
 from tests.unit.serving.test_pipeline import (
     FakeControl,
     FakeModel,
@@ -99,13 +98,8 @@ def test_failed_row_is_not_cached_and_scores_once_fixed(env: Any) -> None:
 
 
 def test_gateway_answers_the_poison_request_with_its_status(env: Any) -> None:
-    set_current(env.rt)
-    try:
-        app = gateway()
-        body = '{"model":"fraud","entity":{"customer_id":7},"features":{"amount":-999}}'
-        resp = _post(app, body)
-    finally:
-        set_current(None)
+    body = '{"model":"fraud","entity":{"customer_id":7},"features":{"amount":-999}}'
+    resp = _post(gateway(env.rt), body)
     assert resp.status_code == 422, resp.text
     assert resp.json()["error"].startswith("the model rejected this input")
     assert len(resp.json()["request_id"]) == 32

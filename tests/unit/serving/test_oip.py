@@ -17,9 +17,8 @@ import pytest
 
 from mlpipe.config import load_settings
 from mlpipe.security import LocalBuckets
-from mlpipe.serving import InferenceProtocol, set_current
 from mlpipe.serving._context import Caller, context_of
-from tests.unit.serving.test_pipeline import CURSED_AMOUNT, ListSink, fake_runtime, gateway
+from tests.unit.serving.test_pipeline import CURSED_AMOUNT, ListSink, fake_runtime, protocol
 
 RATE = 0.001  # tokens/s: none come back during a test
 
@@ -27,9 +26,7 @@ RATE = 0.001  # tokens/s: none come back during a test
 @pytest.fixture
 def env(tmp_path: Path) -> Any:
     built = fake_runtime(load_settings(home=tmp_path), ListSink())
-    set_current(built.rt)
     yield built
-    set_current(None)
     built.pipeline.close()
 
 
@@ -75,7 +72,7 @@ def _infer(app: Any, amounts: list[float], request_id: str | None = None) -> htt
 
 
 def test_a_request_of_many_rows_is_one_batch(env: Any) -> None:
-    r = _infer(InferenceProtocol(gateway()), [5.0] * 100, "big")
+    r = _infer(protocol(env.rt), [5.0] * 100, "big")
     assert r.status_code == 200, r.text
     assert r.json()["outputs"][0]["shape"] == [100]
     assert [row.request_id for row in env.sink.rows] == [f"big-{i}" for i in range(100)]
@@ -83,7 +80,7 @@ def test_a_request_of_many_rows_is_one_batch(env: Any) -> None:
 
 
 def test_one_row_the_model_rejects_fails_the_request_and_logs_nothing(env: Any) -> None:
-    r = _infer(InferenceProtocol(gateway()), [5.0, CURSED_AMOUNT, 7.0])
+    r = _infer(protocol(env.rt), [5.0, CURSED_AMOUNT, 7.0])
     assert r.status_code == 422, r.text
     assert "not a real amount" in r.json()["error"]
     assert env.sink.rows == []
@@ -91,7 +88,7 @@ def test_one_row_the_model_rejects_fails_the_request_and_logs_nothing(env: Any) 
 
 @pytest.mark.parametrize("char", ["\x00", "\x1b", "\x7f", "\x9b"])
 def test_a_control_character_in_the_id_is_400(env: Any, char: str) -> None:
-    r = _infer(InferenceProtocol(gateway()), [5.0, 6.0], f"id{char}")
+    r = _infer(protocol(env.rt), [5.0, 6.0], f"id{char}")
     assert r.status_code == 400, r.text
     assert r.json()["error"].startswith("id: control character U+")
     assert env.sink.rows == []
@@ -106,7 +103,7 @@ def test_an_out_of_range_key_in_any_row_is_422_before_anything_is_scored(env: An
     }
 
     async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=InferenceProtocol(gateway()))
+        transport = httpx.ASGITransport(app=protocol(env.rt))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             return await c.post("/v2/models/fraud/infer", content=json.dumps(body))
 
@@ -118,7 +115,7 @@ def test_an_out_of_range_key_in_any_row_is_422_before_anything_is_scored(env: An
 
 def test_each_row_costs_a_token(env: Any) -> None:
     buckets = LocalBuckets()
-    app = _with_tenant(InferenceProtocol(gateway()), buckets, burst=10)
+    app = _with_tenant(protocol(env.rt), buckets, burst=10)
     assert _infer(app, [5.0] * 6).status_code == 200  # 10 - 6 = 4 left
     refused = _infer(app, [5.0] * 5)  # 1 on arrival, 4 more wanted, 3 there
     assert refused.status_code == 429, refused.text
@@ -130,7 +127,7 @@ def test_each_row_costs_a_token(env: Any) -> None:
 
 
 def test_more_rows_than_the_burst_can_never_pass(env: Any) -> None:
-    app = _with_tenant(InferenceProtocol(gateway()), LocalBuckets(), burst=10)
+    app = _with_tenant(protocol(env.rt), LocalBuckets(), burst=10)
     r = _infer(app, [5.0] * 11)
     assert r.status_code == 429, r.text
     assert "more than its burst holds" in r.json()["error"]

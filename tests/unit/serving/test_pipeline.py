@@ -17,12 +17,13 @@ from mlpipe.config import load_settings
 from mlpipe.errors import IntegrityError, InvalidInput, NotFound
 from mlpipe.serving import (
     GenerationLoader,
+    InferenceProtocol,
     PredictGateway,
     PredictRequest,
     RequestIntake,
+    RuntimeSlot,
     ServingRuntime,
     serving_metrics,
-    set_current,
 )
 
 
@@ -307,11 +308,13 @@ def test_ready_once_every_model_was_loaded_or_refused(tmp_path: Path) -> None:
 # -- the gateway (ASGI middleware) in front of a stand-in for BentoML's batch endpoint --
 
 
-async def _batch(req: PredictRequest) -> dict[str, Any]:
+def _batch_of(rt: ServingRuntime) -> Any:
     """The service's batcher without BentoML: a batch of one, straight to the pipeline."""
-    from mlpipe.serving import current
 
-    return current().pipeline.predict_batch([req])[0]
+    async def batch(req: PredictRequest) -> dict[str, Any]:
+        return rt.pipeline.predict_batch([req])[0]
+
+    return batch
 
 
 async def _not_found(scope: Any, receive: Any, send: Any) -> None:
@@ -320,17 +323,22 @@ async def _not_found(scope: Any, receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def gateway(**kw: Any) -> RequestIntake:
+def gateway(rt: ServingRuntime, **kw: Any) -> RequestIntake:
     """The gateway behind the intake, as in the service's stack (the intake holds the 413)."""
-    predict = PredictGateway(_not_found, batch=kw.pop("batch", _batch), **kw)
-    return RequestIntake(predict, max_body_bytes=2048, timeout_s=10.0)
+    slot = RuntimeSlot(rt)
+    batch = kw.pop("batch", None) or _batch_of(rt)
+    predict = PredictGateway(_not_found, runtime=slot, batch=batch, **kw)
+    return RequestIntake(predict, max_body_bytes=2048, timeout_s=10.0, runtime=slot)
+
+
+def protocol(rt: ServingRuntime) -> InferenceProtocol:
+    """The Open Inference Protocol layer in front of the gateway, as in the service's stack."""
+    return InferenceProtocol(gateway(rt), runtime=RuntimeSlot(rt))
 
 
 @pytest.fixture
 def client(env: Any) -> Any:
-    set_current(env.rt)
-    yield gateway()
-    set_current(None)
+    return gateway(env.rt)
 
 
 def _post(app: Any, content: bytes | str) -> httpx.Response:
@@ -441,13 +449,9 @@ async def _failing(req: PredictRequest) -> dict[str, Any]:
 def test_gateway_answers_a_failed_batch_with_its_status_and_logs_nothing(
     env: Any, batch: Any, status: int, message: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    set_current(env.rt)
-    try:
-        body = '{"model":"fraud","request_id":"r-1","entity":{"customer_id":7},'
-        body += '"features":{"amount":2}}'
-        resp = _post(gateway(batch=batch), body)
-    finally:
-        set_current(None)
+    body = '{"model":"fraud","request_id":"r-1","entity":{"customer_id":7},'
+    body += '"features":{"amount":2}}'
+    resp = _post(gateway(env.rt, batch=batch), body)
     assert resp.status_code == status, resp.text
     assert resp.json()["error"].startswith(message)
     assert resp.json()["request_id"] == "r-1"
@@ -458,12 +462,8 @@ def test_gateway_answers_a_failed_batch_with_its_status_and_logs_nothing(
 
 
 def test_gateway_adds_the_response_headers_it_is_given(env: Any) -> None:
-    set_current(env.rt)
-    try:
-        app = gateway(response_headers=lambda: [(b"x-bentoml-request-id", b"00ab")])
-        resp = _post(app, '{"model":"fraud","entity":{"customer_id":7},"features":{"amount":2}}')
-    finally:
-        set_current(None)
+    app = gateway(env.rt, response_headers=lambda: [(b"x-bentoml-request-id", b"00ab")])
+    resp = _post(app, '{"model":"fraud","entity":{"customer_id":7},"features":{"amount":2}}')
     assert resp.status_code == 200
     assert resp.headers["x-bentoml-request-id"] == "00ab"
     assert resp.json()["model"] == "fraud"
@@ -570,13 +570,12 @@ def test_entity_is_optional_when_no_version_reads_features(tmp_path: Path) -> No
     control = NoFeaturesControl()
     control.set("plain", 1, "1", canary="2", weight=50)
     built = fake_runtime(load_settings(home=tmp_path), ListSink(), control)
-    set_current(built.rt)
     try:
         bodies = [
             '{"model": "plain", "features": {"amount": 3}, "request_id": "a1"}',
             '{"model": "plain", "entity": {}, "features": {"amount": 3}, "request_id": "a1"}',
         ]
-        answers = [_post(gateway(), body) for body in bodies]
+        answers = [_post(gateway(built.rt), body) for body in bodies]
         assert [a.status_code for a in answers] == [200, 200], answers[0].text
         assert answers[0].json()["arm"] == answers[1].json()["arm"]
         ids = [f"r{i}" for i in range(200)]
@@ -589,5 +588,4 @@ def test_entity_is_optional_when_no_version_reads_features(tmp_path: Path) -> No
         assert [row.entity_key for row in rows] == [f"request_id={r}" for r in ids]
         assert all(row.entity == {} for row in rows)
     finally:
-        set_current(None)
         built.pipeline.close()

@@ -20,6 +20,7 @@ from mlpipe.serving import (
     PredictRequest,
     ReadinessGate,
     RequestIntake,
+    RuntimeSlot,
     front_door,
     request_stack,
 )
@@ -46,17 +47,21 @@ def _built(tmp_path: Path, bottom: Bottom) -> Any:
     settings = load_settings(home=tmp_path, security={"auth": "off"})
     admission = Admission(settings.reliability.max_inflight)
     app: Any = bottom
-    layers = request_stack(settings, admission=admission, batch=_no_batch, ready=lambda: True)
+    runtime = RuntimeSlot()
+    layers = request_stack(
+        settings, admission=admission, batch=_no_batch, runtime=runtime, ready=lambda: True
+    )
     for cls, kwargs in reversed(layers):
         app = cls(app, **kwargs)
-    cls, kwargs = front_door(settings, admission)
+    cls, kwargs = front_door(settings, admission, runtime)
     return cls(app, **kwargs)
 
 
 def test_the_layers_and_their_order(tmp_path: Path) -> None:
     settings = load_settings(home=tmp_path)
     admission = Admission(2)
-    layers = request_stack(settings, admission=admission, batch=_no_batch)
+    runtime = RuntimeSlot()
+    layers = request_stack(settings, admission=admission, batch=_no_batch, runtime=runtime)
     assert [cls for cls, _ in layers] == [
         AuthGateway,
         ReadinessGate,
@@ -66,8 +71,10 @@ def test_the_layers_and_their_order(tmp_path: Path) -> None:
         PredictGateway,
     ]
     gate = dict(layers)[OverloadGate]
-    door = front_door(settings, admission)
+    door = front_door(settings, admission, runtime)
     assert door.cls is FrontDoor and door.kwargs["admission"] is gate["admission"] is admission
+    # every layer finds the runtime in the one slot the service fills
+    assert all(kwargs.get("runtime") is runtime for _, kwargs in [*layers[1:], door])
     # span headers only when tracing is on
     assert dict(layers)[PredictGateway]["response_headers"] is None
 

@@ -17,13 +17,11 @@ from prometheus_client import CollectorRegistry
 from mlpipe.config import load_settings
 from mlpipe.serving import (
     GenerationLoader,
-    InferenceProtocol,
     PredictRequest,
     ServingRuntime,
     serving_metrics,
-    set_current,
 )
-from tests.unit.serving.test_pipeline import FakeControl, ListSink, fake_runtime, gateway
+from tests.unit.serving.test_pipeline import FakeControl, ListSink, fake_runtime, protocol
 
 REASON = "IntegrityError: artifact of churn/9 hashes to abc…; refusing"
 
@@ -36,9 +34,7 @@ def env(tmp_path: Path) -> Any:
     control.tampered.add("9")
     control.set("churn", 4, "9")
     built = fake_runtime(load_settings(home=tmp_path), ListSink(), control)
-    set_current(built.rt)
     yield built
-    set_current(None)
     built.pipeline.close()
 
 
@@ -48,9 +44,9 @@ def _req(model: str) -> PredictRequest:
     )
 
 
-def _call(method: str, path: str, body: Any = None) -> httpx.Response:
+def _call(rt: ServingRuntime, method: str, path: str, body: Any = None) -> httpx.Response:
     async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=InferenceProtocol(gateway()))
+        transport = httpx.ASGITransport(app=protocol(rt))
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
             return await c.request(method, path, json=body)
 
@@ -82,7 +78,7 @@ def test_predict_for_it_is_503_with_the_reason_and_others_are_served(env: Any) -
 
 
 def test_gateway_and_oip_answer_503_with_the_reason(env: Any) -> None:
-    r = _call("POST", "/predict", _req("churn").model_dump(exclude_none=True))
+    r = _call(env.rt, "POST", "/predict", _req("churn").model_dump(exclude_none=True))
     assert (r.status_code, r.json()["field"]) == (503, "model"), r.text
     assert REASON in r.json()["error"]
     for method, path, body in (
@@ -90,13 +86,13 @@ def test_gateway_and_oip_answer_503_with_the_reason(env: Any) -> None:
         ("GET", "/v2/models/churn/ready", None),
         ("GET", "/v2/models/churn", None),
     ):
-        r = _call(method, path, body)
+        r = _call(env.rt, method, path, body)
         assert r.status_code == 503, (path, r.text)
         assert REASON in r.json()["error"], path
-    r = _call("GET", "/v2/health/ready")
+    r = _call(env.rt, "GET", "/v2/health/ready")
     assert r.status_code == 503 and "churn" in r.json()["error"]
-    assert _call("POST", "/v2/models/fraud/infer", _infer_body()).status_code == 200
-    assert _call("POST", "/predict", _req("fraud").model_dump(exclude_none=True)).is_success
+    assert _call(env.rt, "POST", "/v2/models/fraud/infer", _infer_body()).status_code == 200
+    assert _call(env.rt, "POST", "/predict", _req("fraud").model_dump(exclude_none=True)).is_success
     assert [row.model for row in env.sink.rows] == ["fraud", "fraud"]
 
 
@@ -106,7 +102,7 @@ def test_a_later_loadable_generation_restores_readiness(env: Any) -> None:
     assert env.rt.readiness_problem() is None
     (answer,) = env.pipeline.predict_batch([_req("churn")])
     assert (answer["version"], answer["generation"]) == ("2", 5)
-    assert _call("GET", "/v2/health/ready").json() == {"ready": True}
+    assert _call(env.rt, "GET", "/v2/health/ready").json() == {"ready": True}
 
 
 def test_undeploy_restores_readiness_and_the_model_is_unknown(env: Any) -> None:
