@@ -1,4 +1,5 @@
-"""``mlpipe shadow analyze`` through the real CLI, over the real warehouse."""
+"""``mlpipe shadow analyze`` through the CLI's entry point (in this process), over the real
+warehouse."""
 
 from __future__ import annotations
 
@@ -51,10 +52,10 @@ def _log(settings: Any, rows: int, blind_shadow: bool, tenant: str = "t", seed: 
 
 
 def test_a_blind_shadow_fails_with_its_largest_disagreements_html_and_json(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     _log(settings, 800, blind_shadow=True)
-    result = cli("shadow", "analyze", "fraud", "--top", "3")
+    result = cli_in_process("shadow", "analyze", "fraud", "--top", "3")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "fraud: shadow v2 vs champion v1 on 800 paired request(s)" in result.stdout
     assert "verdict: fail;" in result.stdout and "largest disagreements" in result.stdout
@@ -93,15 +94,15 @@ def test_two_tenants_sending_the_same_ids_do_not_poison_the_shadow(
 
 
 def test_a_model_without_logs_or_a_bad_window_is_one_line_exit_2_and_records_nothing(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     _log(settings, 10, blind_shadow=False)
-    missing = cli("shadow", "analyze", "nope")
+    missing = cli_in_process("shadow", "analyze", "nope")
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines()[-1] == (
         "error: model 'nope' has no logged predictions (the warehouse has: fraud)"
     )
-    bad = cli("shadow", "analyze", "fraud", "--window", "soon")
+    bad = cli_in_process("shadow", "analyze", "fraud", "--window", "soon")
     assert bad.returncode == 2 and "soon" in bad.stderr and "Traceback" not in bad.stderr
     assert warehouse.list_reports(settings, kind="shadow") == []
 
@@ -156,12 +157,12 @@ def _iris_shadow(settings: Any, rows: int) -> tuple[Any, Any, pd.DataFrame]:
 
 
 def test_a_multiclass_shadow_with_named_classes_shows_outcomes_classes_and_per_class_figures(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     """Issue 28 item 6: the species as outcomes, class names, agreement and confusion per
     class, a probability delta per class (no score delta), and a page headed "shadow"."""
     champion, shadow, traffic = _iris_shadow(settings, 300)
-    result = cli("shadow", "analyze", "iris", "--json")
+    result = cli_in_process("shadow", "analyze", "iris", "--json")
     assert result.returncode in (0, 1), result.stdout + result.stderr
     doc = json.loads(result.stdout)
     names = ["setosa", "versicolor", "virginica"]
@@ -194,6 +195,6 @@ def test_a_multiclass_shadow_with_named_classes_shows_outcomes_classes_and_per_c
     )
     page = Path(doc["html_path"]).read_text()
     assert "<th>shadow</th>" in page and "<th>canary</th>" not in page and "versicolor" in page
-    text = cli("shadow", "analyze", "iris")
+    text = cli_in_process("shadow", "analyze", "iris")
     assert "labelled: 300 of 300" in text.stdout and "probability delta per class" in text.stdout
     assert "score delta" not in text.stdout and "virginica" in text.stdout
