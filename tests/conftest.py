@@ -70,20 +70,25 @@ def pytest_configure(config: pytest.Config) -> None:
 # `--dist loadfile`, which hands files to workers in collection order: these go first, so
 # that no long file starts late and runs alone at the end while the other workers idle
 # (longest-processing-time first; the tail was ~2.5 of 16.5 minutes, test_wheel.py last).
+# The order is the per-file sums of a full run's junit times (2026-12-06, `-n 3` on the
+# shared 2-core box), less what the tests' own changes since then cut.
 LONGEST_FIRST = (
     "tests/integration/test_wheel.py",
-    "tests/integration/test_task_types.py",
-    "tests/integration/test_monitoring_verdict_page.py",
-    "tests/integration/test_kafka_gateways.py",
-    "tests/integration/test_kafka_log.py",
-    "tests/integration/test_missing_values.py",
-    "tests/integration/test_prod_loop.py",
+    "tests/integration/test_rollout_signals.py",
+    "tests/integration/test_cli_loop.py",
+    "tests/integration/test_nn.py",
+    "tests/e2e/test_fuzz.py",
     "tests/integration/test_registry_outage.py",
+    "tests/e2e/test_drain.py",
     "tests/integration/test_register_concurrency.py",
-    "tests/integration/test_monitoring_tasks.py",
-    "tests/integration/test_registered_baseline.py",
-    "tests/integration/test_register_eval_dataset.py",
+    "tests/integration/test_prod_registry.py",
+    "tests/integration/test_formats.py",
     "tests/integration/test_monitoring_battery.py",
+    "tests/integration/test_monitoring_verdict_page.py",
+    "tests/integration/test_register_pickle.py",
+    "tests/integration/test_kafka_gateways.py",
+    "tests/integration/test_prod_loop.py",
+    "tests/e2e/test_demo_loop.py",
 )
 
 
