@@ -30,7 +30,7 @@ from mlpipe.monitoring._quality_section import (
     NOT_JUDGED,
     QualitySection,
 )
-from mlpipe.monitoring._registered import METRICS_MEASURED
+from mlpipe.registry.tag_names import METRICS_MEASURED
 from mlpipe.tasks import Task, TaskSpec
 from mlpipe.windows import duration_text
 

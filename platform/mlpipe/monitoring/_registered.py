@@ -14,17 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-LABEL_TAG = "mlpipe.label"
-METRICS_MEASURED = "mlpipe.metrics_measured"
-_MEASURED_ON = "mlpipe.metrics_on"
-_CLASS_RECALL = "mlpipe.class_recall"
+from mlpipe.registry.tag_names import CLASS_RECALL, LABEL, METRICS_MEASURED, METRICS_ON
+
 # What an outcome column is called where the version does not name its label.
 OUTCOME = "outcome"
 
 
 def label_name(tags: Mapping[str, str] | None) -> str:
     """The version's label column (``is_fraud``), else :data:`OUTCOME` (the outcomes loaded)."""
-    name = (tags or {}).get(LABEL_TAG, "").strip()
+    name = (tags or {}).get(LABEL, "").strip()
     return name or OUTCOME
 
 
@@ -41,12 +39,12 @@ def baseline_words(tags: Mapping[str, str] | None, metrics: Sequence[Mapping[str
     measured = [
         m
         for m in judged
-        if m in measured_names or (m.startswith("recall[") and _CLASS_RECALL in tags)
+        if m in measured_names or (m.startswith("recall[") and CLASS_RECALL in tags)
     ]
     given = [m for m in judged if m not in measured]
     parts = []
     if measured:
-        where = tags.get(_MEASURED_ON, "its registration data")
+        where = tags.get(METRICS_ON, "its registration data")
         parts.append(f"{', '.join(measured)} measured at register on {where}")
     if given:
         parts.append(f"{', '.join(given)} given with --metric at register")
@@ -57,4 +55,4 @@ def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and value == value and abs(value) != float("inf")
 
 
-__all__ = ["LABEL_TAG", "METRICS_MEASURED", "OUTCOME", "baseline_words", "label_name"]
+__all__ = ["OUTCOME", "baseline_words", "label_name"]

@@ -27,6 +27,7 @@ from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput
 from mlpipe.monitoring._reports import Finding, new_report, pruned_notes, publish, read_logged
 from mlpipe.monitoring._screen import SkippedColumn
+from mlpipe.registry.tag_names import FEATURE_SERVICE
 from mlpipe.windows import Window, window_ending
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ EXIT_CODES: dict[SkewOutcome, int] = {"ok": 0, "no_data": 0, "skew": 1}
 # Below this a difference is float noise, whatever the relative tolerance says.
 SKEW_ABS_TOLERANCE = 1e-9
 _EXAMPLES = 5
-_FEATURE_SERVICE_TAG = "mlpipe.feature_service"
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class SkewVerdict:
 
 
 def _feature_service(settings: Settings, model: str, version: str) -> str | None:
-    return registry.show(settings, f"{model}/{version}").tags.get(_FEATURE_SERVICE_TAG)
+    return registry.show(settings, f"{model}/{version}").tags.get(FEATURE_SERVICE)
 
 
 def _join_key_column(values: pd.Series) -> pd.Series:

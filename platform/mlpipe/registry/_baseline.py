@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.errors import InvalidInput, NotFound
-from mlpipe.registry import _lineage, _tags
+from mlpipe.registry import _lineage, tag_names
 from mlpipe.registry._dataset_metrics import dataset_metrics
 from mlpipe.registry._input_schema import InputSchema
 from mlpipe.tasks import TaskSpec
@@ -153,16 +153,16 @@ def measured_tags(
     if not measured.metrics and not measured.class_recall:
         return {}
     tags = {
-        **_tags.metric_tags(measured.metrics),
-        _tags.METRICS_ON: baseline.words,
-        _tags.METRICS_SOURCE: baseline.source,
+        **tag_names.metric_tags(measured.metrics),
+        tag_names.METRICS_ON: baseline.words,
+        tag_names.METRICS_SOURCE: baseline.source,
     }
     if measured.class_recall:
-        tags[_tags.CLASS_RECALL] = _tags.per_class_tag(measured.class_recall)
-        tags[_tags.CLASS_SUPPORT] = _tags.per_class_tag(measured.class_rows)
+        tags[tag_names.CLASS_RECALL] = tag_names.per_class_tag(measured.class_recall)
+        tags[tag_names.CLASS_SUPPORT] = tag_names.per_class_tag(measured.class_rows)
     if holdout:
-        tags[_tags.EVAL_DATASET] = baseline.path.name
-        tags[_tags.EVAL_DATA_SHA256] = _lineage.file_sha256(baseline.path)
+        tags[tag_names.EVAL_DATASET] = baseline.path.name
+        tags[tag_names.EVAL_DATA_SHA256] = _lineage.file_sha256(baseline.path)
     return tags
 
 
@@ -202,9 +202,9 @@ def with_measured(tags: dict[str, str], measured: dict[str, str]) -> dict[str, s
     """``tags`` with the ``measured`` ones that ``--metric`` did not give (under their name
     or an alias: a holdout ``logloss`` wins over a measured ``log_loss``), and the names of
     the measured metrics kept (``METRICS_MEASURED``)."""
-    prefix = _tags.METRIC_PREFIX
+    prefix = tag_names.METRIC_PREFIX
     given = {
-        _tags.METRIC_ALIASES.get(k[len(prefix) :], k[len(prefix) :])
+        tag_names.METRIC_ALIASES.get(k[len(prefix) :], k[len(prefix) :])
         for k in tags
         if k.startswith(prefix)
     }
@@ -214,7 +214,7 @@ def with_measured(tags: dict[str, str], measured: dict[str, str]) -> dict[str, s
         if not k.startswith(prefix) or k[len(prefix) :] not in given
     }
     names = sorted(k[len(prefix) :] for k in kept if k.startswith(prefix))
-    return {**kept, **tags, _tags.METRICS_MEASURED: ",".join(names)}
+    return {**kept, **tags, tag_names.METRICS_MEASURED: ",".join(names)}
 
 
 def _listed(names: Any, limit: int = _SHOWN) -> str:

@@ -8,7 +8,7 @@ multiclass: accuracy, macro F1, log loss; regression: MAE, RMSE, bias), and a
 classifier's recall of each class (the quality check names a class whose recall
 collapses). Metrics given with ``--metric`` win. On the training set the
 figures are optimistic; on a holdout (``--eval-dataset``) they are an honest
-estimate. The tags :data:`_tags.METRICS_ON` and :data:`_tags.METRICS_SOURCE`
+estimate. The tags :data:`tag_names.METRICS_ON` and :data:`tag_names.METRICS_SOURCE`
 say which dataset they are on (see :mod:`._baseline`).
 """
 

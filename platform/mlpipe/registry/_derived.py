@@ -12,21 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlpipe.config import Settings
-from mlpipe.registry import _lineage, _tags
+from mlpipe.registry import _lineage, tag_names
 from mlpipe.registry._load import load_verified
 from mlpipe.registry._read import show
 from mlpipe.registry._types import LoadedModel, VersionInfo
 
 # Tags of the parent that describe its training, carried to the derived version.
 _INHERITED = (
-    _tags.DATA_SHA256,
-    _tags.DATASET,
-    _tags.FEATURES,
-    _tags.LABEL,
-    _tags.FEATURE_SERVICE,
-    _tags.FEATURE_SERVICE_SHA256,
-    _tags.THRESHOLD,
-    _tags.GIT_COMMIT,
+    tag_names.DATA_SHA256,
+    tag_names.DATASET,
+    tag_names.FEATURES,
+    tag_names.LABEL,
+    tag_names.FEATURE_SERVICE,
+    tag_names.FEATURE_SERVICE_SHA256,
+    tag_names.THRESHOLD,
+    tag_names.GIT_COMMIT,
 )
 
 
@@ -52,10 +52,10 @@ def lineage_tags(parent: Parent, dataset: Path) -> dict[str, str]:
     tags = {k: parent.info.tags[k] for k in _INHERITED if k in parent.info.tags}
     tags.update(
         {
-            _tags.PARENT_VERSION: f"{parent.name}/{parent.version}",
-            _tags.PARENT_ARTIFACT_SHA256: parent.loaded.artifact_sha256,
-            _tags.EVAL_DATASET: dataset.name,
-            _tags.EVAL_DATA_SHA256: _lineage.file_sha256(dataset),
+            tag_names.PARENT_VERSION: f"{parent.name}/{parent.version}",
+            tag_names.PARENT_ARTIFACT_SHA256: parent.loaded.artifact_sha256,
+            tag_names.EVAL_DATASET: dataset.name,
+            tag_names.EVAL_DATA_SHA256: _lineage.file_sha256(dataset),
         }
     )
     return tags

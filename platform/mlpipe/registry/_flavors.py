@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlpipe.errors import InvalidInput
-from mlpipe.registry import _tags
+from mlpipe.registry import tag_names
 from mlpipe.registry._lightgbm_flavor import LightGBMFlavor
 from mlpipe.registry._model_flavor import ModelFlavor, Scorer
 from mlpipe.registry._onnx_flavor import OnnxFlavor
@@ -47,7 +47,7 @@ def for_candidate(model: Any) -> ModelFlavor:
 
 def for_version(tags: dict[str, str]) -> ModelFlavor:
     """The flavor a registered version was stored with (``sklearn`` if it predates the tag)."""
-    name = tags.get(_tags.FLAVOR, "sklearn")
+    name = tags.get(tag_names.FLAVOR, "sklearn")
     cls = FLAVORS.get(name)
     if cls is None:
         raise InvalidInput(f"unknown model flavor {name!r} (known: {', '.join(FLAVORS)})")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from mlpipe.config import Settings
 from mlpipe.errors import IntegrityError, NotFound
-from mlpipe.registry import _lineage, _tags
+from mlpipe.registry import _lineage, tag_names
 from mlpipe.registry._client import download_tree, mlflow_errors
 from mlpipe.registry._flavors import for_version
 from mlpipe.registry._read import show
@@ -31,10 +31,10 @@ def load_verified(settings: Settings, name: str, version: str) -> LoadedModel:
     (or hands back no files).
     """
     info = show(settings, f"{name}/{version}")
-    expected = info.tags.get(_tags.ARTIFACT_SHA256)
+    expected = info.tags.get(tag_names.ARTIFACT_SHA256)
     if not expected:
         raise IntegrityError(
-            f"{name}/{version} has no {_tags.ARTIFACT_SHA256} tag; refusing to load"
+            f"{name}/{version} has no {tag_names.ARTIFACT_SHA256} tag; refusing to load"
         )
     with mlflow_errors(f"{name}/{version}"), tempfile.TemporaryDirectory() as tmp:
         local = download_tree(info.source, tmp, f"artifact of {name}/{version}")
@@ -46,12 +46,12 @@ def load_verified(settings: Settings, name: str, version: str) -> LoadedModel:
             )
         flavor = for_version(info.tags)
         model = flavor.load(local, info.tags)
-    threshold = float(info.tags.get(_tags.THRESHOLD, "0.5"))
+    threshold = float(info.tags.get(tag_names.THRESHOLD, "0.5"))
     return LoadedModel(
         name=name,
         version=str(version),
         features=info.features,
-        feature_service=info.tags.get(_tags.FEATURE_SERVICE),
+        feature_service=info.tags.get(tag_names.FEATURE_SERVICE),
         threshold=threshold,
         artifact_sha256=expected,
         model=model,
@@ -67,7 +67,7 @@ def load_reference(settings: Settings, name: str, version: str) -> pd.DataFrame:
     import pandas as pd
 
     info = show(settings, f"{name}/{version}")
-    uri = info.tags.get(_tags.REFERENCE_URI)
+    uri = info.tags.get(tag_names.REFERENCE_URI)
     if not uri:
         raise NotFound(f"{name}/{version} has no stored training reference")
     with mlflow_errors(f"reference of {name}/{version}"), tempfile.TemporaryDirectory() as tmp:

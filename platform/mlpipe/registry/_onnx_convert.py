@@ -39,7 +39,7 @@ import numpy as np
 
 from mlpipe.config import Settings
 from mlpipe.errors import CheckFailed, InvalidInput
-from mlpipe.registry import _tags
+from mlpipe.registry import tag_names
 from mlpipe.registry._derived import lineage_tags, load_parent
 from mlpipe.registry._flavors import FLAVORS
 from mlpipe.registry._input_schema import NUMERIC_KINDS, InputSchema
@@ -95,15 +95,15 @@ def register_onnx(
     tags.update(_parent_metrics(source.info.tags))
     tags.update(
         {
-            _tags.CONVERT: "onnx",
-            _tags.CONVERTER: converter,
-            _tags.CONVERT_TOLERANCE: repr(float(tolerance)),
+            tag_names.CONVERT: "onnx",
+            tag_names.CONVERTER: converter,
+            tag_names.CONVERT_TOLERANCE: repr(float(tolerance)),
         }
     )
     deltas = {"max_abs_score_delta": delta}
     if task.task == "regression":
         deltas["max_rel_score_delta"] = checked
-    tags.update(_tags.metric_tags(deltas))
+    tags.update(tag_names.metric_tags(deltas))
     return register_model(
         settings,
         name,
@@ -173,7 +173,7 @@ def _parent_metrics(tags: dict[str, str]) -> dict[str, str]:
     return {
         k: v
         for k, v in tags.items()
-        if k.startswith(_tags.METRIC_PREFIX) or k in _tags.BASELINE_TAGS
+        if k.startswith(tag_names.METRIC_PREFIX) or k in tag_names.BASELINE_TAGS
     }
 
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from mlpipe.config import Settings
 from mlpipe.errors import CheckFailed, InvalidInput
-from mlpipe.registry import _tags
+from mlpipe.registry import tag_names
 from mlpipe.registry._derived import lineage_tags, load_parent
 from mlpipe.registry._quantize_figures import degradation, evaluate
 from mlpipe.registry._register import read_dataset, register_model, require_columns
@@ -59,7 +59,7 @@ RECIPES = {
         "run time, product in float32"
     ),
 }
-ACCEPTED_DEGRADATION = _tags.TAG + "accepted_degradation"
+ACCEPTED_DEGRADATION = tag_names.TAG + "accepted_degradation"
 
 
 def register_quantized(
@@ -107,8 +107,8 @@ def register_quantized(
     tags = lineage_tags(source, Path(dataset))
     if accept_degradation:
         tags[ACCEPTED_DEGRADATION] = "; ".join(drops) or "none beyond tolerance"
-    tags.update({_tags.QUANTIZE: recipe, _tags.QUANTIZE_RECIPE: RECIPES[recipe]})
-    tags.update(_tags.metric_tags(delta))
+    tags.update({tag_names.QUANTIZE: recipe, tag_names.QUANTIZE_RECIPE: RECIPES[recipe]})
+    tags.update(tag_names.metric_tags(delta))
     return register_model(
         settings,
         name,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mlpipe.config import Settings
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import describe_service
-from mlpipe.registry import _lineage, _registration, _tags
+from mlpipe.registry import _lineage, _registration, tag_names
 from mlpipe.registry._baseline import Baseline, measured_tags, read_holdout, with_measured
 from mlpipe.registry._candidate import TRUST_PICKLE, read_candidate
 from mlpipe.registry._client import client, first_line, mlflow_errors
@@ -106,7 +106,7 @@ def register(
         )
     tags = _lineage_tags(settings, dataset, feature_service, inputs, spec, metrics or {})
     if run_id:
-        tags[_tags.SOURCE_RUN] = run_id
+        tags[tag_names.SOURCE_RUN] = run_id
     if to_onnx:
         from mlpipe.registry._onnx_convert import check_conversion
 
@@ -166,15 +166,15 @@ def register_model(
     """
     flavor = for_candidate(model)
     spec = _task_for(flavor, model, task)
-    tags = {**tags, _tags.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
-    tags.setdefault(_tags.LABEL, label)  # a derived version keeps its parent's
+    tags = {**tags, tag_names.FLAVOR: flavor.name, **flavor.registration_tags(model, trust)}
+    tags.setdefault(tag_names.LABEL, label)  # a derived version keeps its parent's
     tags.update(spec.to_tags())
     if spec.task != "binary":
-        tags.pop(_tags.THRESHOLD, None)
+        tags.pop(tag_names.THRESHOLD, None)
     signature, reference, schema = _signature_and_reference(
         flavor, model, frame, features, label, spec
     )
-    tags[_tags.INPUT_SCHEMA] = schema.to_json()
+    tags[tag_names.INPUT_SCHEMA] = schema.to_json()
     if baseline is not None:
         scoring = _Scoring(flavor, model, spec)
         measured = measured_tags(
@@ -313,21 +313,21 @@ def _lineage_tags(
     metrics: dict[str, float],
 ) -> dict[str, str]:
     tags = {
-        _tags.DATA_SHA256: _lineage.file_sha256(Path(dataset)),
-        _tags.DATASET: Path(dataset).name,
-        _tags.FEATURES: json.dumps(features),
+        tag_names.DATA_SHA256: _lineage.file_sha256(Path(dataset)),
+        tag_names.DATASET: Path(dataset).name,
+        tag_names.FEATURES: json.dumps(features),
         **task.to_tags(),
     }
     if task.task == "binary":
-        tags[_tags.THRESHOLD] = repr(float(task.threshold))
+        tags[tag_names.THRESHOLD] = repr(float(task.threshold))
     if feature_service:
         spec = describe_service(settings, feature_service)
-        tags[_tags.FEATURE_SERVICE] = feature_service
-        tags[_tags.FEATURE_SERVICE_SHA256] = spec.definition_sha256
+        tags[tag_names.FEATURE_SERVICE] = feature_service
+        tags[tag_names.FEATURE_SERVICE_SHA256] = spec.definition_sha256
     commit = _lineage.git_commit(settings.home)
     if commit:
-        tags[_tags.GIT_COMMIT] = commit
-    tags.update(_tags.metric_tags(metrics))
+        tags[tag_names.GIT_COMMIT] = commit
+    tags.update(tag_names.metric_tags(metrics))
     return tags
 
 

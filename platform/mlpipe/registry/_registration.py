@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlpipe.config import Settings
 from mlpipe.errors import StoreBusy
-from mlpipe.registry import _lineage, _tags
+from mlpipe.registry import _lineage, tag_names
 from mlpipe.registry._client import (
     client,
     download_tree,
@@ -124,14 +124,14 @@ def _attempt(settings: Settings, candidate: _Candidate) -> ModelVersion:
         with mlflow_errors("registry"), tempfile.TemporaryDirectory() as tmp, quiet:
             with mlflow.start_run(experiment_id=experiment_id(settings)) as run:
                 run_id = run.info.run_id
-                mlflow.log_metrics(_tags.metrics(tags))
+                mlflow.log_metrics(tag_names.metrics(tags))
                 info = candidate.flavor.log(candidate.model, candidate.signature, tags)
                 ref_path = Path(tmp) / "reference.parquet"
                 candidate.reference.to_parquet(ref_path, index=False)
                 mlflow.log_artifact(str(ref_path), "reference")
             stored = download_tree(info.model_uri, str(Path(tmp) / "check"), "logged model")
-            tags[_tags.ARTIFACT_SHA256] = _lineage.tree_sha256(stored)
-            tags[_tags.REFERENCE_URI] = f"runs:/{run_id}/reference/reference.parquet"
+            tags[tag_names.ARTIFACT_SHA256] = _lineage.tree_sha256(stored)
+            tags[tag_names.REFERENCE_URI] = f"runs:/{run_id}/reference/reference.parquet"
             _ensure_registered_model(c, candidate.name)
             mv = c.create_model_version(
                 candidate.name,

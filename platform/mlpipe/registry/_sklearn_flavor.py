@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from mlpipe.errors import InvalidInput
-from mlpipe.registry import _tags
+from mlpipe.registry import tag_names
 from mlpipe.registry._model_flavor import ModelFlavor, Scorer, classifier_task, settled
 from mlpipe.tasks import Task, TaskSpec
 
@@ -57,12 +57,12 @@ class SklearnFlavor(ModelFlavor):
         return hasattr(model, "predict_proba") or _is_regressor(model)
 
     def registration_tags(self, model: Any, trust: tuple[str, ...]) -> dict[str, str]:
-        return {_tags.SKOPS_TRUSTED_TYPES: json.dumps(trusted_types_for(model, trust))}
+        return {tag_names.SKOPS_TRUSTED_TYPES: json.dumps(trusted_types_for(model, trust))}
 
     def log(self, model: Any, signature: Any, tags: dict[str, str]) -> Any:
         import mlflow.sklearn
 
-        trusted = json.loads(tags[_tags.SKOPS_TRUSTED_TYPES])
+        trusted = json.loads(tags[tag_names.SKOPS_TRUSTED_TYPES])
         return mlflow.sklearn.log_model(
             model,
             name="model",
@@ -73,7 +73,7 @@ class SklearnFlavor(ModelFlavor):
         )
 
     def load(self, local: Path, tags: dict[str, str]) -> Any:
-        trusted = json.loads(tags.get(_tags.SKOPS_TRUSTED_TYPES, "[]"))
+        trusted = json.loads(tags.get(tag_names.SKOPS_TRUSTED_TYPES, "[]"))
         return load_skops(local / SKOPS_FILE, trusted)
 
     def read_mlflow_dir(self, path: Path) -> Any:

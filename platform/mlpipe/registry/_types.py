@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlpipe.registry import _tags
+from mlpipe.registry import tag_names
 from mlpipe.registry._flavors import FLAVORS
 from mlpipe.registry._input_schema import InputSchema
 from mlpipe.tasks import TaskSpec
@@ -43,38 +43,40 @@ class VersionInfo:
 
     @property
     def features(self) -> list[str]:
-        return json.loads(self.tags.get(_tags.FEATURES, "[]"))
+        return json.loads(self.tags.get(tag_names.FEATURES, "[]"))
 
     @property
     def metrics(self) -> dict[str, float]:
-        return _tags.metrics(self.tags)
+        return tag_names.metrics(self.tags)
 
     @property
     def class_recall(self) -> dict[str, float]:
         """Each class's recall as register measured it (class name -> recall; empty for a
         regression or a version registered before it was measured)."""
-        return _tags.per_class(self.tags, _tags.CLASS_RECALL)
+        return tag_names.per_class(self.tags, tag_names.CLASS_RECALL)
 
     @property
     def class_support(self) -> dict[str, int]:
         """The labelled rows of each class its :attr:`class_recall` was measured on."""
-        return {k: int(v) for k, v in _tags.per_class(self.tags, _tags.CLASS_SUPPORT).items()}
+        return {
+            k: int(v) for k, v in tag_names.per_class(self.tags, tag_names.CLASS_SUPPORT).items()
+        }
 
     @property
     def baseline_on_holdout(self) -> bool:
         """Whether register measured the version's metrics on a holdout (``--eval-dataset``)
         rather than on its training data (optimistic)."""
-        return self.tags.get(_tags.METRICS_SOURCE) == "holdout"
+        return self.tags.get(tag_names.METRICS_SOURCE) == "holdout"
 
     @property
     def task(self) -> TaskSpec:
         """The version's task and classes (binary ``[0, 1]`` for versions that predate them)."""
-        return TaskSpec.from_tags(self.tags, float(self.tags.get(_tags.THRESHOLD, "0.5")))
+        return TaskSpec.from_tags(self.tags, float(self.tags.get(tag_names.THRESHOLD, "0.5")))
 
     @property
     def input_schema(self) -> InputSchema | None:
         """The typed inputs recorded at registration (None for versions registered before)."""
-        text = self.tags.get(_tags.INPUT_SCHEMA)
+        text = self.tags.get(tag_names.INPUT_SCHEMA)
         return InputSchema.from_json(text) if text else None
 
 

@@ -42,14 +42,14 @@ def test_other_tasks_baseline_equals_the_quality_checks_figures(task: str) -> No
 
 
 def test_a_metric_given_under_an_alias_wins_over_the_measured_one() -> None:
-    from mlpipe.registry import _tags
+    from mlpipe.registry import tag_names
     from mlpipe.registry._baseline import with_measured
 
     measured = {
-        **_tags.metric_tags({"auc": 0.99, "log_loss": 0.05}),
-        _tags.METRICS_ON: "dataset train.parquet",
+        **tag_names.metric_tags({"auc": 0.99, "log_loss": 0.05}),
+        tag_names.METRICS_ON: "dataset train.parquet",
     }
-    given = _tags.metric_tags({"logloss": 0.31})  # a holdout figure, under the demo's name
+    given = tag_names.metric_tags({"logloss": 0.31})  # a holdout figure, under the demo's name
     tags = with_measured(given, measured)
-    assert _tags.metrics(tags) == {"auc": 0.99, "logloss": 0.31}
-    assert tags[_tags.METRICS_MEASURED] == "auc"
+    assert tag_names.metrics(tags) == {"auc": 0.99, "logloss": 0.31}
+    assert tags[tag_names.METRICS_MEASURED] == "auc"
