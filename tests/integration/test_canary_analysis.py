@@ -75,10 +75,10 @@ def _register_blind_model(settings: Any, home: Path) -> str:
 
 
 def test_one_model_on_both_arms_passes_paired_through_the_cli(
-    registered_home: Path, settings: Any, cli: Any
+    registered_home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     _traffic(settings, {"champion": "1", "canary": "1"})
-    result = cli("canary", "analyze", "fraud")
+    result = cli_in_process("canary", "analyze", "fraud")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verdict: pass (both versions on the same rows)" in result.stdout
     (entry,) = warehouse.list_reports(settings, model="fraud", kind="canary")
@@ -91,7 +91,7 @@ def test_one_model_on_both_arms_passes_paired_through_the_cli(
 
 
 def test_a_label_shuffled_canary_fails_on_auc_and_the_paired_score_test(
-    registered_home: Path, settings: Any, cli: Any
+    registered_home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     blind = _register_blind_model(settings, registered_home)
     _traffic(settings, {"champion": "1", "canary": blind}, rows=1000)

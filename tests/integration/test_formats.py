@@ -83,7 +83,7 @@ def test_each_format_registers_loads_verified_and_scores_like_its_source(
 
 @pytest.mark.formats
 def test_to_onnx_derives_a_version_with_lineage_that_serves_the_same_scores(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     from mlpipe import deployments
     from mlpipe.serving import PredictRequest, ServingRuntime
@@ -91,7 +91,7 @@ def test_to_onnx_derives_a_version_with_lineage_that_serves_the_same_scores(
     data, frame = _dataset(home)
     path, _ = _files(home, frame)["lightgbm"]
     parent = registry.register(settings, "fraud", dataset=data, model_path=path)
-    result = cli("register", "fraud", "--to-onnx", "--dataset", str(data), "--json")
+    result = cli_in_process("register", "fraud", "--to-onnx", "--dataset", str(data), "--json")
     assert result.returncode == 0, result.stderr
     derived = json.loads(result.stdout)
     tags = derived["tags"]
@@ -140,7 +140,7 @@ def test_to_onnx_beyond_the_tolerance_or_of_an_onnx_version_registers_nothing(
 
 
 def test_a_multiclass_model_registers_as_multiclass_and_never_as_binary(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     import joblib
     from sklearn.linear_model import LogisticRegression
@@ -149,14 +149,14 @@ def test_a_multiclass_model_registers_as_multiclass_and_never_as_binary(
     model = LogisticRegression(max_iter=500).fit(frame[FEATURES], frame["label"])
     joblib.dump(model, home / "multi.joblib")
     args = ("register", "m3", "--model", "multi.joblib", "--dataset", str(data))
-    result = cli(*args, "--task", "binary")
+    result = cli_in_process(*args, "--task", "binary")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: --task binary does not match the model: this LogisticRegression has 3 classes, "
         "so it is multiclass (3 classes)"
     )
     assert registry.list_models(settings) == []
-    result = cli(*args, "--json")
+    result = cli_in_process(*args, "--json")
     assert result.returncode == 0, result.stderr
     tags = json.loads(result.stdout)["tags"]
     assert (tags["mlpipe.task"], tags["mlpipe.classes"]) == ("multiclass", "[0, 1, 2]")
@@ -231,7 +231,7 @@ def _column_transformer_project(home: Path) -> tuple[Path, Path, pd.DataFrame, A
 
 @pytest.mark.formats
 def test_to_onnx_converts_a_column_transformer_pipeline_one_graph_input_per_column(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     """Issue 28 item 7: named numeric and string columns, one input each; the parent's
     metrics carried; scored as the parent within the recorded tolerance, over serving too."""
@@ -239,7 +239,7 @@ def test_to_onnx_converts_a_column_transformer_pipeline_one_graph_input_per_colu
     from mlpipe.serving import PredictRequest, ServingRuntime
 
     model, data, frame, pipeline = _column_transformer_project(home)
-    result = cli(
+    result = cli_in_process(
         "register", "churn", "--model", str(model), "--dataset", str(data), "--to-onnx", "--json"
     )
     assert result.returncode == 0, result.stderr
@@ -275,7 +275,7 @@ def test_to_onnx_converts_a_column_transformer_pipeline_one_graph_input_per_colu
 
 @pytest.mark.formats
 def test_to_onnx_of_a_model_without_a_converter_is_one_line_and_registers_nothing(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     import joblib
     import xgboost as xgb
@@ -286,7 +286,7 @@ def test_to_onnx_of_a_model_without_a_converter_is_one_line_and_registers_nothin
     pipeline = make_pipeline(StandardScaler(), xgb.XGBClassifier(n_estimators=5, n_jobs=1))
     joblib.dump(pipeline.fit(frame[FEATURES], frame["label"]), home / "xgb.joblib")
     args = ("register", "fraud", "--dataset", str(data), "--to-onnx")
-    result = cli(*args[:2], "--model", str(home / "xgb.joblib"), *args[2:])
+    result = cli_in_process(*args[:2], "--model", str(home / "xgb.joblib"), *args[2:])
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: the sklearn model does not convert to ONNX: the ONNX converters have no "

@@ -57,14 +57,14 @@ def _cliff_mlp(home: Path) -> tuple[Path, Path]:
 
 
 def test_an_int8_recall_cliff_is_refused_and_registers_nothing(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     from mlpipe import registry
 
     model_path, data = _cliff_mlp(home)
     parent = registry.register(settings, "fraud-mlp", dataset=data, model_path=model_path)
     args = ["register", "fraud-mlp", "--quantize", "int8", "--dataset", str(data)]
-    refused = cli(*args)
+    refused = cli_in_process(*args)
     assert refused.returncode == 1, refused.stdout + refused.stderr
     line = refused.stderr.strip().splitlines()[-1]
     assert f"int8 of fraud-mlp/{parent.version} degrades it on eval.csv" in line
@@ -118,7 +118,7 @@ def _cliff_regression(home: Path) -> tuple[Path, Path]:
 
 
 def test_a_regression_whose_mae_degrades_is_refused_and_registers_nothing(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     from mlpipe import registry
 
@@ -126,7 +126,7 @@ def test_a_regression_whose_mae_degrades_is_refused_and_registers_nothing(
     parent = registry.register(
         settings, "basket", dataset=data, model_path=model_path, task="regression"
     )
-    refused = cli("register", "basket", "--quantize", "int8", "--dataset", str(data))
+    refused = cli_in_process("register", "basket", "--quantize", "int8", "--dataset", str(data))
     assert refused.returncode == 1, refused.stdout + refused.stderr
     line = refused.stderr.strip().splitlines()[-1]
     assert f"int8 of basket/{parent.version} degrades it on basket-eval.csv: MAE 0." in line

@@ -136,7 +136,7 @@ def test_booster_files_register_as_multiclass_and_regression(home: Path, setting
 
 @pytest.mark.formats
 def test_to_onnx_converts_multiclass_and_regression_versions_carrying_their_task(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     import lightgbm as lgb
     from sklearn.ensemble import RandomForestClassifier
@@ -151,7 +151,9 @@ def test_to_onnx_converts_multiclass_and_regression_versions_carrying_their_task
         path = _saved(home, f"{name}.joblib", model)
         registry.register(settings, name, dataset=data, model_path=path, label="target")
 
-    result = cli("register", "iris", "--to-onnx", "--dataset", str(iris), "--label", "target")
+    result = cli_in_process(
+        "register", "iris", "--to-onnx", "--dataset", str(iris), "--label", "target"
+    )
     assert result.returncode == 0, result.stderr
     with pytest.raises(CheckFailed) as raised:
         registry.register_onnx(settings, "diabetes", dataset=diabetes, label="target", tolerance=0)
@@ -180,7 +182,7 @@ def test_to_onnx_converts_multiclass_and_regression_versions_carrying_their_task
 
 
 def test_a_threshold_for_a_model_that_is_not_binary_is_refused(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     from sklearn.linear_model import LogisticRegression
 
@@ -188,18 +190,18 @@ def test_a_threshold_for_a_model_that_is_not_binary_is_refused(
     model = LogisticRegression(max_iter=1000).fit(frame[_features(frame)], frame["target"])
     _saved(home, "iris.joblib", model)
     args = ("register", "iris", "--model", "iris.joblib", "--dataset", str(data))
-    result = cli(*args, "--label", "target", "--threshold", "0.7")
+    result = cli_in_process(*args, "--label", "target", "--threshold", "0.7")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: --threshold applies to binary classifiers; this model is multiclass (3 classes)"
     )
-    result = cli(*args, "--label", "target", "--task", "binary")
+    result = cli_in_process(*args, "--label", "target", "--task", "binary")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: --task binary does not match the model: this LogisticRegression has 3 "
         "classes, so it is multiclass (3 classes)"
     )
-    result = cli(*args, "--label", "target", "--task", "ranking")
+    result = cli_in_process(*args, "--label", "target", "--task", "ranking")
     assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: --task is one of binary, multiclass, regression, got 'ranking'"
