@@ -3,11 +3,16 @@
 The project home is a temp dir with a small scikit-learn model registered in
 four versions; the server's process group is killed in teardown, and the
 teardown checks that nothing of it is left.
+
+The modules that serve one model (:func:`deploy_one`) share it: ``fraud`` v1 is
+registered once per session into a template home (:func:`fraud_v1`) whose registry
+each module copies (a fresh registry database costs seconds of migrations).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -41,15 +46,36 @@ def _train(path: Path, seed: int) -> Path:
     return data
 
 
-def deploy_one(settings: Any) -> str:
-    """Train, register and deploy one model (seed 1) as ``fraud``'s champion; its version."""
+@pytest.fixture(scope="session")
+def fraud_v1(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home whose registry holds one model (seed 1) as ``fraud`` v1, nothing deployed."""
+    from mlpipe import registry
+    from mlpipe.config import load_settings
+
+    home = tmp_path_factory.mktemp("fraud-v1")
+    data = _train(home, 1)
+    registry.register(
+        load_settings(home=home), "fraud", dataset=data, model_path=home / "model1.joblib"
+    )
+    return home
+
+
+def deploy_one(settings: Any, template: Path | None) -> str:
+    """``fraud`` v1 (seed 1) deployed as the champion in the fresh home of ``settings``;
+    its version. With ``template`` (:func:`fraud_v1`) the template's registry is copied in;
+    its artifact URIs point into the template (MLflow records absolute URIs), and so would
+    those of any version registered into the copy: a module that registers more, or takes
+    artifacts away, passes None and registers its own."""
     from mlpipe import deployments, registry
 
     home = settings.home
-    data = _train(home, 1)
-    info = registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
-    deployments.deploy(settings, "fraud", info.version)
-    return info.version
+    if template is None:
+        data = _train(home, 1)
+        registry.register(settings, "fraud", dataset=data, model_path=home / "model1.joblib")
+    else:
+        shutil.copytree(template / ".mlpipe", home / ".mlpipe")
+    deployments.deploy(settings, "fraud", "1")
+    return "1"
 
 
 def _skops_files(home: Path) -> set[Path]:

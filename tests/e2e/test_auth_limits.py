@@ -34,7 +34,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
 
     home = tmp_path_factory.mktemp("mlpipe-sec")
     settings = load_settings(home=home, pii_fields=["email"], pii_key=PII_KEY)
-    deploy_one(settings)
+    deploy_one(settings, None)  # it registers more
     v2 = registry.register(
         settings, "fraud", dataset=_train(home, 2), model_path=home / "model2.joblib"
     )

@@ -168,7 +168,7 @@ async def _drive(port: int, terminate: Callable[[], None]) -> tuple[list[Outcome
 
 
 @contextlib.contextmanager
-def _serving(home: Path, launcher: str) -> Iterator[SimpleNamespace]:
+def _serving(home: Path, template: Path, launcher: str) -> Iterator[SimpleNamespace]:
     """A two-worker server on ``home``, started by ``bentoml serve`` (ScoringProcess) or
     ``mlpipe serve``; on exit, every process it ever had is killed, orphans included."""
     import psutil
@@ -177,7 +177,7 @@ def _serving(home: Path, launcher: str) -> Iterator[SimpleNamespace]:
     from mlpipe.serving import ScoringProcess
 
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, template)
     env = {
         "MLPIPE_PREDLOG__FSYNC_INTERVAL_S": "0.1",
         # as in conftest: the batcher sheds (503) past its budget on a loaded machine
@@ -243,10 +243,12 @@ CASES = [
 
 
 @pytest.mark.parametrize(("launcher", "whom"), CASES)
-def test_sigterm_drains_accepted_requests(tmp_path: Path, launcher: str, whom: str) -> None:
+def test_sigterm_drains_accepted_requests(
+    tmp_path: Path, fraud_v1: Path, launcher: str, whom: str
+) -> None:
     from mlpipe import warehouse
 
-    with _serving(tmp_path, launcher) as server:
+    with _serving(tmp_path, fraud_v1, launcher) as server:
         workers = _workers(SimpleNamespace(_proc=server))  # the helper reads ._proc.pid
         assert len(workers) == 2, workers
         targets = [server.pid] if whom == "main process" else _tree(server.pid)

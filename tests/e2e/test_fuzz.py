@@ -29,6 +29,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,14 +61,14 @@ SCORING = ("POST /predict", "POST /v2/models/{name}/infer", "POST /v2/models/{na
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def served(tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path) -> Iterator[SimpleNamespace]:
     from mlpipe import security
     from mlpipe.config import load_settings
     from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-fuzz")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, fraud_v1)
     _, key = security.add_tenant(settings, "fuzzer", rate=100_000, burst=100_000)
     server = ScoringProcess(settings, port=free_port(), workers=1, log_path=home / "server.log")
     with server:

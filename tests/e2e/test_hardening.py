@@ -17,6 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,13 +35,13 @@ GOOD = {"model": "fraud", "entity": {}, "features": {"amount": 80.0, "n_items": 
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def served(tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path) -> Iterator[SimpleNamespace]:
     from mlpipe.config import load_settings
     from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-hard")
     settings = load_settings(home=home)
-    version = deploy_one(settings)
+    version = deploy_one(settings, fraud_v1)
     port = free_port()
     server = ScoringProcess(
         settings,

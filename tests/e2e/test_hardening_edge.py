@@ -25,6 +25,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -51,14 +52,14 @@ def _infer_body(rows: int, request_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def served(tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path) -> Iterator[SimpleNamespace]:
     from mlpipe import security
     from mlpipe.config import load_settings
     from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-edge")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, fraud_v1)
     _, small = security.add_tenant(settings, "small", rate=100_000, burst=100_000)
     _, big = security.add_tenant(settings, "big", rate=100_000, burst=100_000)
     port = free_port()
@@ -238,7 +239,7 @@ def test_invisible_characters_in_ids_and_entity_values_get_422_naming_the_field(
 
 
 def test_from_the_first_readyz_200_no_request_gets_503(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path
 ) -> None:
     from mlpipe import security
     from mlpipe.config import load_settings
@@ -246,7 +247,7 @@ def test_from_the_first_readyz_200_no_request_gets_503(
 
     home = tmp_path_factory.mktemp("mlpipe-ready")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, fraud_v1)
     _, key = security.add_tenant(settings, "t", rate=100_000, burst=100_000)
     port = free_port()
     url = f"http://127.0.0.1:{port}"

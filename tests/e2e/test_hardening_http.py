@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,13 +40,13 @@ ENDPOINT = re.compile(r'endpoint="([^"]*)"')
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def served(tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path) -> Iterator[SimpleNamespace]:
     from mlpipe.config import load_settings
     from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-http")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, fraud_v1)
     port = free_port()
     server = ScoringProcess(
         settings,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import struct
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,14 +36,14 @@ def _body(i: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_beyond_max_inflight_requests_get_fast_503s_and_leave_no_log_row(
-    tmp_path_factory: pytest.TempPathFactory, workers: int
+    tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path, workers: int
 ) -> None:
     from mlpipe.config import load_settings
     from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-overload")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, fraud_v1)
     env = {
         "MLPIPE_RELIABILITY__MAX_INFLIGHT": "2",
         "MLPIPE_RELIABILITY__RECONNECT_EVERY": "0",

@@ -12,6 +12,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -28,13 +29,15 @@ _REASONS: Counter[str] = Counter()
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+def two_workers(
+    tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path
+) -> Iterator[SimpleNamespace]:
     from mlpipe.config import load_settings
     from mlpipe.serving import ScoringProcess
 
     home = tmp_path_factory.mktemp("mlpipe-rel")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, fraud_v1)
     server = ScoringProcess(
         settings,
         port=free_port(),

@@ -8,6 +8,8 @@ request hook takes from the request's span (``X-BentoML-Request-ID``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -17,12 +19,14 @@ from tests.e2e.conftest import deploy_one
 pytestmark = pytest.mark.e2e
 
 
-def test_tracing_on_gives_every_answer_a_span(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_tracing_on_gives_every_answer_a_span(
+    tmp_path_factory: pytest.TempPathFactory, fraud_v1: Path
+) -> None:
     from mlpipe.config import load_settings
 
     home = tmp_path_factory.mktemp("mlpipe-tracing")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, fraud_v1)
     env = {"MLPIPE_SERVING__TRACING": "true", "MLPIPE_SERVING__MAX_LATENCY_MS": "2000"}
     server = ScoringProcess(
         settings, port=free_port(), workers=1, log_path=home / "server.log", env=env

@@ -32,7 +32,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace
 
     home = tmp_path_factory.mktemp("mlpipe-home")
     settings = load_settings(home=home)
-    deploy_one(settings)
+    deploy_one(settings, None)  # it registers more
     churn = {}
     for seed in (2, 3):
         before = _skops_files(home)
