@@ -195,7 +195,7 @@ def test_oip_takes_bytes_for_strings_and_states_each_input_type(credit: Any, bin
 
 
 def test_a_missing_features_column_or_a_failing_model_is_one_line_and_registers_nothing(
-    home: Path, settings: Any, cli: Any
+    home: Path, settings: Any, cli_in_process: Any
 ) -> None:
     import joblib
 
@@ -209,7 +209,7 @@ def test_a_missing_features_column_or_a_failing_model_is_one_line_and_registers_
     joblib.dump(positional, home / "positional.joblib")
     base = ["register", "credit", "--dataset", str(data), "--label", "default"]
 
-    r = cli(
+    r = cli_in_process(
         *base, "--model", str(home / "named.joblib"), "--features", "student,balance,income,age"
     )
     assert r.returncode == 2, r.stderr
@@ -233,11 +233,11 @@ def test_a_missing_features_column_or_a_failing_model_is_one_line_and_registers_
     assert registry.list_models(settings) == []
 
 
-def test_monitor_drift_compares_string_inputs_as_categories(credit: Any) -> None:
+def test_monitor_drift_compares_string_inputs_as_categories(
+    credit: Any, cli_in_process: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Served raw strings reach the drift report as categories: a window of students only
     (the reference is about half) drifts on ``student``; ``region`` as sent does not."""
-    from tests.conftest import run_cli
-
     rng = np.random.default_rng(3)
     for i in range(80):
         features = {
@@ -248,9 +248,9 @@ def test_monitor_drift_compares_string_inputs_as_categories(credit: Any) -> None
         }
         body = {"model": "credit", "entity": {}, "features": features, "request_id": f"d{i}"}
         assert credit.server.post(body).status_code == 200
-    env = {"MLPIPE_HOME": str(credit.settings.home)}
-    assert run_cli("warehouse", "sync", env=env).returncode == 0
-    result = run_cli("monitor", "drift", "credit", "--json", env=env)
+    monkeypatch.setenv("MLPIPE_HOME", str(credit.settings.home))
+    assert cli_in_process("warehouse", "sync").returncode == 0
+    result = cli_in_process("monitor", "drift", "credit", "--json")
     assert result.stdout.startswith("{"), result.stderr
     report = json.loads(result.stdout)
     (arm,) = [a for a in report["arms"] if a["arm"] == "champion"]
