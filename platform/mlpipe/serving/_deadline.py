@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 
 from mlpipe.serving._asgi import ASGIApp, Message, Receive, Scope, Send, send_json
+from mlpipe.serving._error_bodies import TimedOut, error_for
 
 
 class Deadline:
@@ -48,7 +49,8 @@ class Deadline:
             if started or not deadline.expired():  # the app's own TimeoutError
                 raise
             error = f"Not able to process the request in {self.timeout:g} seconds"
-            await send_json(send, 504, {"error": error, "status": 504})
+            body = error_for(TimedOut(error))
+            await send_json(send, body["status"], body)
 
 
 __all__ = ["Deadline"]

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from mlpipe import deployments, features, registry
 from mlpipe.errors import MlpipeError
 from mlpipe.routing import Router
+from mlpipe.serving._vectors import InputSlot, input_slots
 from mlpipe.tasks import TaskSpec
 
 if TYPE_CHECKING:
@@ -61,9 +62,13 @@ class VersionPlan:
     # probed). Read once, here.
     inputs: Any | None = field(init=False, default=None)
     nullable: frozenset[str] = field(init=False, default=frozenset())
+    # The inputs in scoring order, each with how a value becomes the model's
+    # (:func:`~mlpipe.serving._vectors.build_vector`). Read once, here.
+    vector_slots: tuple[InputSlot, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "frame_inputs", getattr(self.model, "frame_inputs", None))
+        object.__setattr__(self, "vector_slots", input_slots(self.model, self.frame_inputs))
         inputs = getattr(self.model, "input_schema", None)
         object.__setattr__(self, "inputs", inputs)
         if inputs is not None:

@@ -43,13 +43,13 @@ import numpy as np
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features import check_join_key
 from mlpipe.predlog import Arm, GroupCommitter, PiiHasher, PredictionRecord
-from mlpipe.registry import InputSchema, missing_refused, number_from_text
+from mlpipe.registry import missing_refused, number_from_text
 from mlpipe.routing import entity_key
 from mlpipe.serving._caches import LRUCache, normalized_vector
 from mlpipe.serving._error_bodies import (
     ModelFailure,
     ModelUnavailable,
-    error_body,
+    TimedOut,
     error_for,
     model_error,
 )
@@ -57,6 +57,7 @@ from mlpipe.serving._generations import GenerationLoader, ServingModel, VersionP
 from mlpipe.serving._log_failures import LogFailurePolicy
 from mlpipe.serving._online_features import FeatureFetcher, OnlineFeatureFetcher
 from mlpipe.serving._schema import PredictRequest
+from mlpipe.serving._vectors import build_vector
 from mlpipe.tasks import OutputError, Prediction
 
 if TYPE_CHECKING:
@@ -93,8 +94,8 @@ def _unserved(loader: GenerationLoader, name: str) -> dict[str, Any]:
     """The error body for a model this worker holds no generation of (it went meanwhile)."""
     failure = loader.failures.get(name)
     if failure is not None:
-        return error_body(failure.message(name), 503, "model")
-    return error_body(f"model {name!r} is not deployed here", 404, "model")
+        return error_for(ModelUnavailable(failure.message(name)))
+    return error_for(NotFound(f"model {name!r} is not deployed here"))
 
 
 def _join_entity(served: ServingModel, req: PredictRequest) -> dict[str, Any]:
@@ -323,7 +324,8 @@ class ScoringPipeline:
             received = it.req.received_ns
             if it.error is None and received and now - received > self._timeout_ns:
                 limit = self.settings.serving.request_timeout_s
-                it.error = error_body(f"request timed out: not answered within {limit:g} s", 504)
+                late = TimedOut(f"request timed out: not answered within {limit:g} s")
+                it.error = error_for(late)
                 it.status = "timeout"
 
     def _records(self, items: Sequence[_Item]) -> list[PredictionRecord]:
@@ -394,60 +396,13 @@ class ScoringPipeline:
         return rows
 
     def _vector(self, it: _Item, row: Any) -> None:
-        plan, req = it.plan, it.req
-        if plan.frame_inputs is not None:
-            self._typed_vector(it, row, plan.frame_inputs)
-            return
+        """The item's input vector from its request and the store's ``row`` (None: none)."""
+        plan = it.plan
         defaults = plan.spec.defaults if plan.spec is not None else {}
-        vector: list[float] = []
-        missing: list[str] = []
-        row_missing = set(row.missing) if row is not None else set()
-        for name in plan.model.features:
-            if name in plan.store_features:
-                value = row.values.get(name) if row is not None else None
-                if row is None or name in row_missing or value is None:
-                    missing.append(name)
-                    if value is None:
-                        value = defaults.get(name, 0.0)
-            else:
-                value = req.features.get(name)
-                if value is None or value != value:  # null, omitted or NaN: the check let it
-                    missing.append(name)
-                    value = math.nan
-            vector.append(float(value))
-        it.vector, it.missing = vector, missing
-        it.feature_hit = bool(row is not None and row.cache_hit)
-
-    def _typed_vector(self, it: _Item, row: Any, inputs: InputSchema) -> None:
-        """The input values of a version scored on a DataFrame, each as its column takes it.
-
-        A missing input is NaN (any kind: as pandas reads a gap); a store value
-        its column refuses fails the request (422), like a bad request value.
-        """
-        plan, req = it.plan, it.req
-        defaults = plan.spec.defaults if plan.spec is not None else {}
-        row_missing = set(row.missing) if row is not None else set()
-        vector: list[Any] = []
-        missing: list[str] = []
-        for column in inputs.columns:
-            name = column.name
-            if name in plan.store_features:
-                value = row.values.get(name) if row is not None else None
-                if row is None or name in row_missing or value is None:
-                    missing.append(name)
-                    value = defaults.get(name) if value is None else value
-            else:
-                value = req.features.get(name)
-                if value is None or value != value:  # null, omitted or NaN: the check let it
-                    missing.append(name)
-            try:
-                empty = value is None or value != value
-                vector.append(column.empty if empty else column.check(value))
-            except InvalidInput as exc:
-                it.error = error_for(exc)
-                vector.append(column.empty)
-        it.vector, it.missing = vector, missing
-        it.feature_hit = bool(row is not None and row.cache_hit)
+        v = build_vector(plan.vector_slots, plan.store_features, defaults, it.req.features, row)
+        it.vector, it.missing, it.feature_hit = v.values, v.missing, v.feature_hit
+        if v.error is not None:
+            it.error = error_for(v.error)
 
     def _score(self, items: Sequence[_Item]) -> None:
         pending: dict[tuple[str, str], list[tuple[_Item, tuple[Any, ...]]]] = defaultdict(list)
