@@ -16,12 +16,13 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mlpipe import deployments
 from mlpipe.config import load_settings
-from tests.conftest import MLPIPE, run_cli
+from tests.conftest import MLPIPE
 
 pytestmark = pytest.mark.integration
 START_TIMEOUT_S = 120.0
@@ -106,25 +107,27 @@ def test_sigint_rolls_the_canary_back_when_started_with_sigint_ignored(
     assert deployments.rollout_state(settings, "fraud") is None
 
 
-def test_sigkill_leaves_an_abandoned_rollout_that_promote_refuses(registered_home: Path) -> None:
+def test_sigkill_leaves_an_abandoned_rollout_that_promote_refuses(
+    registered_home: Path, cli_in_process: Any
+) -> None:
     settings = load_settings()
     proc = _start_rollout(registered_home)
     proc.kill()
     proc.communicate(timeout=60)  # reaped: its pid is gone from this host
     found = deployments.rollout_state(settings, "fraud")
     assert found is not None and found.state == "abandoned"
-    status = run_cli("status", "fraud", cwd=registered_home)
+    status = cli_in_process("status", "fraud")
     assert status.returncode == 0, status.stderr
     assert f"rollout of fraud v2 at 5% abandoned (pid {proc.pid} on " in status.stderr
     way_out = "end it with `mlpipe rollout fraud --resume` or `mlpipe rollback fraud`"
     assert way_out in status.stderr
     before = deployments.status(settings, "fraud")
-    refused = run_cli("promote", "fraud", "--force", cwd=registered_home)
+    refused = cli_in_process("promote", "fraud", "--force")
     assert refused.returncode == 2 and refused.stdout == ""
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith("error: the rollout of fraud v2 at 5% abandoned") and way_out in line
     assert deployments.status(settings, "fraud") == before
-    rolled = run_cli("rollback", "fraud", cwd=registered_home)
+    rolled = cli_in_process("rollback", "fraud")
     assert rolled.returncode == 0, rolled.stderr
     record = deployments.status(settings, "fraud")
     assert (record.champion, record.canary) == ("1", None)
@@ -137,21 +140,21 @@ def _one_line(result: subprocess.CompletedProcess[str]) -> str:
     return line
 
 
-def test_deploy_during_a_running_rollout_is_refused_unless_forced(registered_home: Path) -> None:
+def test_deploy_during_a_running_rollout_is_refused_unless_forced(
+    registered_home: Path, cli_in_process: Any
+) -> None:
     settings = load_settings()
     proc = _start_rollout(registered_home)
     try:
         before = deployments.status(settings, "fraud")
         for argv in (("--canary", "50"), ()):
-            refused = run_cli("deploy", "fraud", "--version", "2", *argv, cwd=registered_home)
+            refused = cli_in_process("deploy", "fraud", "--version", "2", *argv)
             assert refused.returncode == 2, refused.stderr
             line = _one_line(refused)
             assert line.startswith("error: a rollout of fraud v2 at 5% running (pid "), line
             assert "stop it with `mlpipe rollback fraud`" in line and "--force" in line
             assert deployments.status(settings, "fraud") == before
-        forced = run_cli(
-            "deploy", "fraud", "--version", "2", "--canary", "50", "--force", cwd=registered_home
-        )
+        forced = cli_in_process("deploy", "fraud", "--version", "2", "--canary", "50", "--force")
         assert forced.returncode == 0, forced.stderr
         assert deployments.rollout_state(settings, "fraud") is None
     finally:
@@ -162,14 +165,16 @@ def test_deploy_during_a_running_rollout_is_refused_unless_forced(registered_hom
     assert record.generation == before.generation + 1
 
 
-def test_deploy_over_an_abandoned_rollout_ends_it(registered_home: Path) -> None:
+def test_deploy_over_an_abandoned_rollout_ends_it(
+    registered_home: Path, cli_in_process: Any
+) -> None:
     settings = load_settings()
     proc = _start_rollout(registered_home)
     proc.kill()
     proc.communicate(timeout=60)
-    deployed = run_cli("deploy", "fraud", "--version", "2", "--canary", "50", cwd=registered_home)
+    deployed = cli_in_process("deploy", "fraud", "--version", "2", "--canary", "50")
     assert deployed.returncode == 0, deployed.stderr
-    status = run_cli("status", "fraud", cwd=registered_home)
+    status = cli_in_process("status", "fraud")
     assert status.returncode == 0, status.stderr
     assert "rollout of fraud" not in status.stderr and "2 (50%)" in status.stdout
     assert deployments.rollout_state(settings, "fraud") is None
