@@ -1,4 +1,9 @@
-"""The CLI: exit codes, one readable line for user errors, --json, init idempotence."""
+"""The CLI: exit codes, one readable line for user errors, --json, init idempotence.
+
+The error cases run a real ``mlpipe`` process (``cli``); the longer stories run the console
+script's entry point in this process (``cli_in_process``: the same exit codes and output,
+without an interpreter start and imports per command).
+"""
 
 import json
 from pathlib import Path
@@ -8,18 +13,18 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def test_deploy_status_json_and_errors(registered_home: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    assert cli("deploy", "fraud", "--version", "1").returncode == 0
-    status = cli("status", "fraud", "--json")
+def test_deploy_status_json_and_errors(registered_home: Path, cli_in_process) -> None:  # type: ignore[no-untyped-def]
+    assert cli_in_process("deploy", "fraud", "--version", "1").returncode == 0
+    status = cli_in_process("status", "fraud", "--json")
     assert status.returncode == 0
     assert json.loads(status.stdout)["champion"] == "1"
-    bad = cli("deploy", "fraud", "--version", "2", "--canary", "150")
+    bad = cli_in_process("deploy", "fraud", "--version", "2", "--canary", "150")
     assert bad.returncode == 2
     assert bad.stderr.strip() == "error: --canary must be in (0, 100) percent, got 150"
     assert "Traceback" not in bad.stderr
-    missing = cli("status", "ghost")
+    missing = cli_in_process("status", "ghost")
     assert missing.returncode == 2 and "ghost has no deployment" in missing.stderr
-    history = cli("history", "fraud", "--json")
+    history = cli_in_process("history", "fraud", "--json")
     assert [h["action"] for h in json.loads(history.stdout)] == ["deploy"]
 
 
@@ -45,35 +50,35 @@ def test_register_errors(home: Path, cli) -> None:  # type: ignore[no-untyped-de
     assert bad_metric.returncode == 2 and "--metric expects KEY=NUMBER" in bad_metric.stderr
 
 
-def test_init_is_idempotent_and_doctor_reports(home: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    first = cli("init")
+def test_init_is_idempotent_and_doctor_reports(home: Path, cli_in_process) -> None:  # type: ignore[no-untyped-def]
+    first = cli_in_process("init")
     assert first.returncode == 0, first.stderr
     assert "created" in first.stdout
-    second = cli("init")
+    second = cli_in_process("init")
     assert second.returncode == 0
     assert "nothing to do: the local stack is already initialized" in second.stderr
     assert (home / "mlpipe.toml").is_file()
-    doctor = cli("doctor", "--json")
+    doctor = cli_in_process("doctor", "--json")
     checks = {c["store"]: c for c in json.loads(doctor.stdout)}
     assert checks["registry"]["ok"] and checks["control plane"]["ok"]
     # init wrote a starter Feast repository: empty, but a feature store doctor can open
     assert checks["feature store"]["detail"] == "0 feature service(s), online store: sqlite"
     assert doctor.returncode == 0, doctor.stdout
     (home / "feature_repo" / "feature_store.yaml").unlink()
-    broken = cli("doctor", "--json")
+    broken = cli_in_process("doctor", "--json")
     assert broken.returncode == 3
     detail = {c["store"]: c["detail"] for c in json.loads(broken.stdout)}["feature store"]
     assert detail == f"no feature_store.yaml in {home.resolve() / 'feature_repo'}"
 
 
-def test_status_shows_live_figures_per_arm(registered_home: Path, cli) -> None:  # type: ignore[no-untyped-def]
+def test_status_shows_live_figures_per_arm(registered_home: Path, cli_in_process) -> None:  # type: ignore[no-untyped-def]
     import time
 
     from mlpipe.config import load_settings
     from mlpipe.predlog import ENCODER, PredictionRecord
 
-    assert cli("deploy", "fraud", "--version", "1").returncode == 0
-    assert cli("deploy", "fraud", "--version", "2", "--canary", "10").returncode == 0
+    assert cli_in_process("deploy", "fraud", "--version", "1").returncode == 0
+    assert cli_in_process("deploy", "fraud", "--version", "2", "--canary", "10").returncode == 0
     segment = load_settings().predlog_path / "w1-1.jsonl"
     segment.parent.mkdir(parents=True, exist_ok=True)
     rows = [
@@ -95,8 +100,8 @@ def test_status_shows_live_figures_per_arm(registered_home: Path, cli) -> None: 
         for i in range(50)
     ]
     segment.write_bytes(b"".join(ENCODER.encode(r) + b"\n" for r in rows))
-    assert cli("warehouse", "sync").returncode == 0
-    status = json.loads(cli("status", "fraud", "--json").stdout)
+    assert cli_in_process("warehouse", "sync").returncode == 0
+    status = json.loads(cli_in_process("status", "fraud", "--json").stdout)
     figures = {(f["arm"], f["version"]): f for f in status["figures"]}
     assert figures[("champion", "1")]["requests"] == 45
     assert figures[("canary", "2")]["requests"] == 5
