@@ -70,6 +70,9 @@ FROM_REDIS = "txn_count_7d"  # served from the online store; requests send `amou
 CHAMPION, CANARY = "3", "4"  # the template's v1 and v2 have no feature service
 CUSTOMERS = 150  # drift tests an arm on >= 30 distinct entities, the canary split halves them
 CANARY_MIN_REQUESTS = 50  # per arm: the canary phase is a few seconds of load
+# Both servers start at once, each importing Feast: on a 2-core machine under other load
+# that has taken most of the default 180 s.
+READY_TIMEOUT_S = 360.0
 # The data ends before this hour, so every snapshot is within its view's TTL.
 DATA_END = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
 
@@ -160,7 +163,7 @@ def _start_both(servers: list[Any]) -> None:
 
     def start(server: Any) -> None:
         try:
-            server.start()
+            server.start(ready_timeout_s=READY_TIMEOUT_S)
         except BaseException as exc:  # reported below, in the test's thread
             errors.append(exc)
 
