@@ -241,4 +241,5 @@ def _fraud_probability(
         + 1.0 * (age[owner] < 90)
         + 0.5 * risk[owner]
     )
-    return 1.0 / (1.0 + np.exp(-logit))
+    probability: np.ndarray = 1.0 / (1.0 + np.exp(-logit))
+    return probability

@@ -110,7 +110,8 @@ def apply(settings: Settings) -> AppliedRepo:
     repo = _load_definitions(settings.feature_repo_path, store.project)
     try:
         with _quiet():
-            to_apply, to_delete, _, _ = extract_objects_for_apply_delete(
+            # Feast leaves extract_objects_for_apply_delete unannotated.
+            to_apply, to_delete, _, _ = extract_objects_for_apply_delete(  # type: ignore[no-untyped-call]
                 store.project, store.registry, repo
             )
             store.apply(to_apply, objects_to_delete=to_delete, partial=False)
@@ -246,7 +247,8 @@ def _spec(store: FeatureStore, service: FeatureService) -> FeatureServiceSpec:
         for feature in projection.features:
             default = _default(view.name, feature.name, feature.tags)
             features.append(feature.name)
-            refs.append(f"{projection.name_to_use()}:{feature.name}")
+            # Feast leaves name_to_use unannotated (here and below).
+            refs.append(f"{projection.name_to_use()}:{feature.name}")  # type: ignore[no-untyped-call]
             defaults[feature.name] = default
             ttl_s[feature.name] = ttl
             fields.append({"name": feature.name, "dtype": str(feature.dtype), "default": default})
@@ -258,7 +260,7 @@ def _spec(store: FeatureStore, service: FeatureService) -> FeatureServiceSpec:
         views.append(
             {
                 "view": view.name,
-                "as": projection.name_to_use(),
+                "as": projection.name_to_use(),  # type: ignore[no-untyped-call]
                 "ttl_s": ttl,
                 "entities": entity_columns,
                 "features": fields,

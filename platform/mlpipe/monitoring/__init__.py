@@ -18,7 +18,6 @@ from mlpipe.monitoring._calibration import distance as drift_distance
 from mlpipe.monitoring._calibration_statement import CalibrationStatement, thresholds_text
 from mlpipe.monitoring._canary import (
     CanaryAnalysis,
-    CanaryCheck,
     CanaryOutcome,
     analyze,
     latest_canary_verdict,
@@ -27,6 +26,7 @@ from mlpipe.monitoring._drift import drift
 from mlpipe.monitoring._drift_report import arm_title, quality_lines
 from mlpipe.monitoring._drift_verdict import ArmDrift, DriftVerdict
 from mlpipe.monitoring._judgement import ColumnDrift, DriftOutcome
+from mlpipe.monitoring._model_checks import CanaryCheck
 from mlpipe.monitoring._quality_section import QualitySection
 from mlpipe.monitoring._screen import SkippedColumn, screen
 from mlpipe.monitoring._shadow import Disagreement, ShadowAnalysis, analyze_shadow

@@ -51,7 +51,8 @@ class ArmWindow:
 
         if self.entities is None:
             return np.arange(len(self.rows))
-        return self.entities.astype(str).to_numpy()
+        entities: np.ndarray = self.entities.astype(str).to_numpy()
+        return entities
 
 
 def arm_window(logged: warehouse.PredictionWindow, group: ArmGroup, spec: TaskSpec) -> ArmWindow:

@@ -85,7 +85,8 @@ class NullFit:
 
 def per_column_alpha(rate: float, columns: int) -> float:
     """Šidák: the per-column rate that keeps the per-report rate at ``rate``."""
-    return 1.0 - (1.0 - rate) ** (1.0 / max(columns, 1))
+    alpha: float = 1.0 - (1.0 - rate) ** (1.0 / max(columns, 1))
+    return alpha
 
 
 def size_bucket(effective: float) -> int:

@@ -104,7 +104,8 @@ def true_classes(rows: pd.DataFrame, task: TaskSpec) -> np.ndarray:
     y = tm.task_outcomes(task, rows["outcome"].to_numpy(dtype=float), given).y
     if task.task == "binary":
         y = np.where(np.isnan(y), np.nan, (y >= 0.5).astype(float))
-    return np.nan_to_num(y, nan=-1.0).astype(int)
+    classes: np.ndarray = np.nan_to_num(y, nan=-1.0).astype(int)
+    return classes
 
 
 def arm_classes(arms: Mapping[str, pd.DataFrame], task: TaskSpec) -> list[dict[str, Any]]:

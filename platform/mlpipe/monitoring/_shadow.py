@@ -159,7 +159,8 @@ def _outputs(paired: pd.DataFrame, side: str, task: TaskSpec) -> np.ndarray:
     """One side's logged outputs: class probabilities (multiclass) or scores."""
     if task.task == "multiclass":
         return tm.stacked(paired[f"probabilities_{side}"].to_numpy())
-    return paired[f"score_{side}"].to_numpy(dtype=float)
+    scores: np.ndarray = paired[f"score_{side}"].to_numpy(dtype=float)
+    return scores
 
 
 def _pairing(paired: pd.DataFrame, task: TaskSpec | None = None) -> Pairing:
@@ -224,7 +225,8 @@ def _predicted(paired: pd.DataFrame, side: str, task: TaskSpec) -> np.ndarray:
     """One side's predicted class indices (multiclass: argmax of its probabilities)."""
     if task.task == "multiclass":
         return np.asarray(_outputs(paired, side, task).argmax(axis=1))
-    return paired[f"label_{side}"].to_numpy(dtype=int)
+    labels: np.ndarray = paired[f"label_{side}"].to_numpy(dtype=int)
+    return labels
 
 
 def _labelled(paired: pd.DataFrame, task: TaskSpec) -> int:

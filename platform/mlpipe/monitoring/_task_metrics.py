@@ -223,7 +223,8 @@ class Outcomes:
 
     @property
     def labelled(self) -> np.ndarray:
-        return ~np.isnan(self.y)
+        labelled: np.ndarray = ~np.isnan(self.y)
+        return labelled
 
     def note(self, task: Task) -> str:
         """Why some labels were left out ("" when none were)."""

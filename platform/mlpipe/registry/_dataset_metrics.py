@@ -77,7 +77,8 @@ def _targets(task: TaskSpec, labels: pd.Series) -> np.ndarray:
     if task.is_classifier:
         index = [None if pd.isna(v) else task.class_index(v) for v in labels]
         return np.array([np.nan if i is None else i for i in index], dtype=float)
-    return pd.to_numeric(labels, errors="coerce").to_numpy(dtype=float)
+    values: np.ndarray = pd.to_numeric(labels, errors="coerce").to_numpy(dtype=float)
+    return values
 
 
 def _as_served(schema: InputSchema, x: pd.DataFrame) -> Any:

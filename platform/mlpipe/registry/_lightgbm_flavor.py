@@ -106,7 +106,8 @@ class LightGBMFlavor(ModelFlavor):
 
 def booster_objective(booster: Any) -> str | None:
     """The objective's name (``binary``, ``multiclass``, ``regression``…) from the model header."""
-    for line in booster.model_to_string(num_iteration=1).splitlines():
+    header: str = booster.model_to_string(num_iteration=1)
+    for line in header.splitlines():
         if line.startswith("objective="):
             return line.removeprefix("objective=").split(" ", 1)[0]
         if line.startswith("Tree="):

@@ -222,7 +222,8 @@ def _column_feed(frame: Any, name: str, dtype: Any) -> np.ndarray:
         return np.ascontiguousarray(values.to_numpy(dtype=dtype).reshape(-1, 1))
     if values.isna().any():
         raise InvalidInput(f"features.{name}: the ONNX graph takes no missing string")
-    return values.astype(str).to_numpy(dtype=object).reshape(-1, 1)
+    strings: np.ndarray = values.astype(str).to_numpy(dtype=object).reshape(-1, 1)
+    return strings
 
 
 def _shaped(graph: OnnxModel, out: Any, rows: int, task: Task) -> np.ndarray:

@@ -214,10 +214,11 @@ def _delete_tree(uri: str, owner: str) -> None:
     from mlflow.utils.file_utils import local_file_uri_to_path
     from mlflow.utils.uri import is_local_uri
 
-    get_artifact_repository(uri).delete_artifacts()
-    if not is_local_uri(uri):
+    # MLflow leaves these three unannotated.
+    get_artifact_repository(uri).delete_artifacts()  # type: ignore[no-untyped-call]
+    if not is_local_uri(uri):  # type: ignore[no-untyped-call]
         return
-    path = Path(local_file_uri_to_path(uri))
+    path = Path(local_file_uri_to_path(uri))  # type: ignore[no-untyped-call]
     own = path.parent if path.name == "artifacts" else path
     if own.name == owner and own.is_dir() and not any(own.rglob("*")):
         own.rmdir()

@@ -80,7 +80,8 @@ class TorchFlavor(ModelFlavor):
             return module if dynamic_batch(module) else program.module(check_guards=False)
         try:
             with _quiet_jit():
-                return torch.jit.load(str(path), map_location="cpu")
+                # torch leaves torch.jit.load unannotated
+                return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
         except RuntimeError:
             pass
         try:
@@ -140,7 +141,9 @@ class TorchFlavor(ModelFlavor):
         import torch
 
         with _quiet_jit():
-            return torch.jit.load(str(local / TORCH_FILE), map_location="cpu").eval()
+            # torch leaves torch.jit.load unannotated
+            script = torch.jit.load(str(local / TORCH_FILE), map_location="cpu")  # type: ignore[no-untyped-call]
+            return script.eval()
 
     def scorer(self, model: Any, task: TaskSpec | None = None) -> Scorer:
         cached = cached_export(model)

@@ -43,7 +43,8 @@ class VersionInfo:
 
     @property
     def features(self) -> list[str]:
-        return json.loads(self.tags.get(tag_names.FEATURES, "[]"))
+        features: list[str] = json.loads(self.tags.get(tag_names.FEATURES, "[]"))
+        return features
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -119,7 +120,8 @@ class LoadedModel:
         """The model's output for the rows of ``x``, vectorized, shaped by ``task`` (see
         :mod:`mlpipe.tasks`): ``x`` is a float array, columns in ``features`` order, or
         (``frame_inputs``) a DataFrame with the training names and dtypes."""
-        return self._scorer(x)
+        scores: np.ndarray = self._scorer(x)
+        return scores
 
     def inputs_from(self, frame: pd.DataFrame) -> Any:
         """The ``features`` columns of ``frame`` as the model takes them: a float array, or

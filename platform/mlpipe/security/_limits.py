@@ -16,7 +16,8 @@ import logging
 import math
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -33,7 +34,7 @@ class RateLimiter(Protocol):
 class LocalBuckets:
     """Token buckets in this process; ``share`` is this process's fraction of each limit."""
 
-    def __init__(self, share: float = 1.0, clock: Any = time.monotonic) -> None:
+    def __init__(self, share: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.share = share
         self._clock = clock
         self._state: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, at)

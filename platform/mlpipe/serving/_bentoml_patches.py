@@ -41,6 +41,7 @@ one of these names is first asked for, which only the service does.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import bentoml
@@ -80,7 +81,8 @@ class Batcher:
     async def __call__(self, req: PredictRequest) -> dict[str, Any]:
         assert self.factory is not None, "the gateway runs inside the app the factory built"
         (answer,) = await self.factory.batch_infer(self.api, ([req],), {})
-        return answer
+        result: dict[str, Any] = answer
+        return result
 
 
 def build_app_inside(service: bentoml.Service[Any], outer: Layer, batcher: Batcher) -> None:
@@ -88,14 +90,15 @@ def build_app_inside(service: bentoml.Service[Any], outer: Layer, batcher: Batch
 
     Every other service is built as BentoML builds it.
     """
-    bentoml_to_asgi = bentoml.Service.to_asgi
+    bentoml_to_asgi: Callable[[bentoml.Service[Any], bool], ASGIApp] = bentoml.Service.to_asgi
 
     def to_asgi(self: bentoml.Service[Any], is_main: bool = True) -> ASGIApp:
         if self is not service:
             return bentoml_to_asgi(self, is_main)
         self.inject_config()  # what bentoml.Service.to_asgi does, keeping the factory
         batcher.factory = ServiceAppFactory(self, is_main=is_main)
-        return outer.cls(batcher.factory(), **outer.kwargs)
+        app: ASGIApp = outer.cls(batcher.factory(), **outer.kwargs)
+        return app
 
     bentoml.Service.to_asgi = to_asgi
 

@@ -271,7 +271,8 @@ def _server_metadata() -> dict[str, Any]:
 def _header(scope: Scope, name: bytes) -> str | None:
     for k, v in scope["headers"]:
         if k == name:
-            return v.decode("latin-1")
+            value: str = v.decode("latin-1")
+            return value
     return None
 
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def duckdb_connection(conn: Connection) -> duckdb.DuckDBPyConnection:
     """The DuckDB connection under ``conn``, for DuckDB's own API (``register``, ``df()``)."""
-    raw = conn.connection.driver_connection
+    raw: duckdb.DuckDBPyConnection | None = conn.connection.driver_connection
     assert raw is not None, "the connection is closed"
     return raw
 

@@ -108,7 +108,7 @@ class PostgresDialect:
             # Every key new (the usual batch): every row goes in, no lookup per row (~1.5 × as
             # fast as joining the keys claimed back to the rows).
             cur.execute(_INSERT_ALL if cur.rowcount == table.num_rows else _INSERT_CLAIMED)
-            inserted = cur.rowcount
+            inserted: int = cur.rowcount
             cur.execute("DROP TABLE _mlpipe_incoming")
         return max(0, inserted)
 

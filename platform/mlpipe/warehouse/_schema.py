@@ -222,9 +222,12 @@ MIGRATIONS.append((2, "deployments.previous (control-plane mirror)", _add_previo
 
 
 @compiles(CreateColumn, "duckdb")
-def _column_with_compression(element: CreateColumn, compiler: sa.sql.compiler.DDLCompiler, **kw):
+def _column_with_compression(
+    element: CreateColumn, compiler: sa.sql.compiler.DDLCompiler, **kw: Any
+) -> str | None:
     """DuckDB's ``USING COMPRESSION`` for a column whose ``info`` asks for one."""
-    text = compiler.visit_create_column(element, **kw)
+    # SQLAlchemy leaves this visitor unannotated; it answers None for a system column.
+    text: str | None = compiler.visit_create_column(element, **kw)  # type: ignore[no-untyped-call]
     method = element.element.info.get("duckdb_compression")
     return f"{text} USING COMPRESSION {method}" if method and text else text
 
