@@ -98,6 +98,21 @@ def refusal(
     return text
 
 
+def species_refusal(
+    home: Path, inputs: Path, holdout: Path, error: type[Exception] = InvalidInput
+) -> str:
+    """:func:`refusal` of ``holdout`` for the module's ``species`` model and dataset."""
+    return refusal(
+        home,
+        "species",
+        dataset=inputs / "train.csv",
+        model_path=inputs / "model.joblib",
+        label="species",
+        eval_dataset=holdout,
+        error=error,
+    )
+
+
 def _holdout(change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], Path]:
     def write(path: Path) -> Path:
         change(frame(200, 1)).to_csv(path, index=False)
@@ -189,29 +204,14 @@ def test_a_bad_holdout_is_refused_and_nothing_is_registered(
     make, error, message = CASES[case]
     suffix = ".parquet" if case == "not a table" else ".csv"
     holdout = make(home / f"holdout{suffix}")
-    text = refusal(
-        home,
-        "species",
-        dataset=inputs / "train.csv",
-        model_path=inputs / "model.joblib",
-        label="species",
-        eval_dataset=holdout,
-        error=error,
-    )
+    text = species_refusal(home, inputs, holdout, error)
     assert text.startswith(message.format(path=holdout, name=holdout.name)), text
 
 
 def test_the_registration_dataset_is_no_holdout(home: Path, inputs: Path) -> None:
     copy = home / "copy.csv"
     copy.write_bytes((inputs / "train.csv").read_bytes())
-    text = refusal(
-        home,
-        "species",
-        dataset=inputs / "train.csv",
-        model_path=inputs / "model.joblib",
-        label="species",
-        eval_dataset=copy,
-    )
+    text = species_refusal(home, inputs, copy)
     assert "copy.csv is the registration dataset itself" in text, text
 
 
