@@ -276,5 +276,11 @@ def test_from_the_first_readyz_200_no_request_gets_503(
         # while loading, a request without a key is still told 401, not "not ready"
         assert not [r.text for r in keyless if "not ready" in r.text], keyless
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        # SIGTERM: BentoML starts each worker in a session of its own, so only the arbiter
+        # can stop them; a SIGKILL to its group left both workers running, orphaned.
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
