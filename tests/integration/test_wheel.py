@@ -212,7 +212,9 @@ def _bento(installed: SimpleNamespace, project: Path) -> list[str]:
         text=True,
     )
     assert built.returncode == 0, built.stdout + built.stderr
-    (bento,) = (project / "bentoml-home" / "bentos" / "mlpipe-scoring").glob("[!l]*")
+    store = project / "bentoml-home" / "bentos" / "mlpipe-scoring"
+    # every entry but the `latest` pointer (a generated tag may itself start with "l")
+    (bento,) = [p for p in store.iterdir() if p.name != "latest"]
     assert (bento / "src" / "service.py").is_file()
     assert (bento / "env" / "python" / "wheels" / installed.wheel.name).is_file()
     requirements = (bento / "env" / "python" / "requirements.txt").read_text()
