@@ -19,22 +19,46 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from mlpipe.config import Settings
 from mlpipe.serving import free_port
 
+if TYPE_CHECKING:
+    from mlpipe.serving import ScoringProcess
+
 ADMIN_URL = os.environ.get("MLPIPE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("MLPIPE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 MLFLOW = str(Path(sys.executable).parent / "mlflow")
 SERVER_START_TIMEOUT_S = 120.0
+
+
+def start_side_by_side(servers: Sequence[ScoringProcess], **start: Any) -> None:
+    """Start ``servers`` at once (each takes a while to load), each with ``start``'s
+    keyword arguments; the first failure is raised in the caller's thread once all are done."""
+    errors: list[BaseException] = []
+
+    def run(server: ScoringProcess) -> None:
+        try:
+            server.start(**start)
+        except BaseException as exc:  # reported below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in servers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 def _skip(reason: str) -> NoReturn:

@@ -51,6 +51,7 @@ from tests.integration.prod_services import (
     postgres_database,
     redis_client,
     redis_connection_string,
+    start_side_by_side,
 )
 from tests.kafka_broker import Broker, kafka_broker
 
@@ -157,25 +158,6 @@ def _register_on_the_service(settings: Settings, online: dict[int, float]) -> pd
     return frame[["customer_id", "amount"]]
 
 
-def _start_both(servers: list[Any]) -> None:
-    """Start the servers side by side (each takes a while); the first failure is raised."""
-    errors: list[BaseException] = []
-
-    def start(server: Any) -> None:
-        try:
-            server.start(ready_timeout_s=READY_TIMEOUT_S)
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(s,)) for s in servers]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
 def _models(settings: Settings) -> tuple[dict[int, float], pd.DataFrame]:
     """The features in Redis and ``fraud`` v3, v4 on their service (done while the broker
     starts: neither needs it, nor the control plane)."""
@@ -221,7 +203,7 @@ def stack(registered_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[St
                 env = {"MLPIPE_SERVING__RELOAD_INTERVAL_S": "0.5"}
                 servers = [ScoringProcess(settings, port=free_port(), env=env) for _ in range(2)]
                 try:
-                    _start_both(servers)
+                    start_side_by_side(servers, ready_timeout_s=READY_TIMEOUT_S)
                     urls = [s.url for s in servers]
                     yield Stack(settings, broker, urls, key, traffic, online)
                 finally:

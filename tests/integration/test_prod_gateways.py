@@ -27,6 +27,7 @@ from tests.integration.prod_services import (
     REDIS_URL,
     postgres_database,
     redis_client,
+    start_side_by_side,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.redis, pytest.mark.e2e]
@@ -61,22 +62,8 @@ def gateways(registered_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
         _, limited_key = security.add_tenant(settings, names[1], rate=RATE, burst=BURST)
         env = {"MLPIPE_SERVING__RELOAD_INTERVAL_S": "0.5", "MLPIPE_SERVING__MAX_LATENCY_MS": "5"}
         servers = [ScoringProcess(settings, port=free_port(), env=env) for _ in range(2)]
-        errors: list[BaseException] = []
-
-        def start(server: ScoringProcess) -> None:
-            try:
-                server.start()
-            except BaseException as exc:  # reported below, in the test's thread
-                errors.append(exc)
-
-        threads = [threading.Thread(target=start, args=(s,)) for s in servers]
         try:
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if errors:
-                raise errors[0]
+            start_side_by_side(servers)
             yield Gateways(settings, [s.url for s in servers], poll_key, limited_key)
         finally:
             for server in servers:
