@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class ArmGroup:
     """The rows of one version on one arm (``mask`` over the window), and its report's name."""
 
@@ -98,11 +98,12 @@ def version_groups(
                 notes = (f"{other} row(s) of other versions on the {arm} arm left out",)
             versions = [version] if version in versions else []
         if not versions:
-            groups.append(ArmGroup(arm, version, np.zeros(len(rows), bool), arm, notes))
+            empty = np.zeros(len(rows), bool)
+            groups.append(ArmGroup(arm=arm, version=version, mask=empty, name=arm, notes=notes))
         for v in versions:
             mask = on_arm & (rows["version"].astype(str) == v).to_numpy()
             name = arm if len(versions) == 1 else f"{arm}-v{v}"
-            groups.append(ArmGroup(arm, v, mask, name, notes))
+            groups.append(ArmGroup(arm=arm, version=v, mask=mask, name=name, notes=notes))
     return groups
 
 

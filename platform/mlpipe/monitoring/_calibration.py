@@ -271,7 +271,7 @@ def safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "_"
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Plan:
     """Per screened column of one arm: its effective size and threshold, or why it has none."""
 
@@ -299,11 +299,12 @@ def calibrate(
         sizes[col] = effective_size(screened.current[col], entities)
     distinct = max((d for _, d in sizes.values()), default=0) if entities is not None else None
     testable = [c for c, (n, d) in sizes.items() if min(n, d) >= MIN_EFFECTIVE_SIZE]
-    plan = Plan(per_column_alpha(rate, len(testable) + extra_tests), distinct)
+    alpha = per_column_alpha(rate, len(testable) + extra_tests)
+    thresholds: dict[str, float] = {}
+    insufficient: dict[str, str] = {}
     for col, (n_eff, d) in sizes.items():
-        plan.effective[col] = round(n_eff, 1)
         if col not in testable:
-            plan.insufficient[col] = (
+            insufficient[col] = (
                 f"effective sample {n_eff:.0f} from {d} distinct entities "
                 f"(< {MIN_EFFECTIVE_SIZE}): not tested"
             )
@@ -311,5 +312,11 @@ def calibrate(
         kind: Kind = "numerical" if col in screened.numerical else "categorical"
         values = screened.reference[col].dropna().to_numpy()
         fit = cache.fit(col, kind, values, size_bucket(n_eff))
-        plan.thresholds[col] = fit.threshold(plan.alpha)
-    return plan
+        thresholds[col] = fit.threshold(alpha)
+    return Plan(
+        alpha=alpha,
+        entities=distinct,
+        effective={col: round(n_eff, 1) for col, (n_eff, _) in sizes.items()},
+        thresholds=thresholds,
+        insufficient=insufficient,
+    )

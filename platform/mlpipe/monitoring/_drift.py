@@ -210,7 +210,7 @@ def drift(
         with_entities=True,
     )
     report = new_report(settings, "drift", model)
-    against = ReferenceSource(spec, reference_frame, sample_rows)
+    against = ReferenceSource(spec=spec, frame=reference_frame, sample_rows=sample_rows)
     names = [arm] if arm else sorted(set(logged.rows["arm"])) or ["champion"]
     arms = [
         _arm_drift(settings, model, logged, group, against, report.folder, false_alarm_rate)

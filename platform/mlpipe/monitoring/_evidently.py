@@ -121,7 +121,8 @@ def drift_tests(
         except Exception as exc:  # noqa: BLE001 - reported as a skipped column with the reason
             skipped.append(
                 SkippedColumn(
-                    col, f"Evidently could not test it: {type(exc).__name__}: {exc}"[:200]
+                    column=col,
+                    reason=f"Evidently could not test it: {type(exc).__name__}: {exc}"[:200],
                 )
             )
     snapshot = (

@@ -155,7 +155,7 @@ def distance_columns(tested: dict[str, ColumnResult], plan: Plan) -> ColumnJudge
     columns, skipped = [], []
     for col, (method, score, _evidently_threshold, _failed) in sorted(tested.items()):
         if score != score:  # NaN: the test gave no score
-            skipped.append(SkippedColumn(col, f"{method} gave no score"))
+            skipped.append(SkippedColumn(column=col, reason=f"{method} gave no score"))
             continue
         kind: ColumnKind = "prediction" if col == PREDICTION else "feature"
         size, threshold = plan.effective.get(col), plan.thresholds.get(col)

@@ -150,7 +150,7 @@ def given_reference(frame: pd.DataFrame, spec: TaskSpec) -> Reference:
     return Reference(frame=out, positive_rate=rate if spec.task == "binary" else None)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, kw_only=True, slots=True, eq=False)
 class ReferenceSource:
     """Where each arm's reference comes from: a given frame, a window of traffic, or training."""
 

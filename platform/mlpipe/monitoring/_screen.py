@@ -15,14 +15,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class SkippedColumn:
     column: str
     reason: str
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Screened:
+    """Both sides of the testable columns, which are numerical or categorical, and the rest."""
+
     reference: pd.DataFrame
     current: pd.DataFrame
     numerical: list[str] = field(default_factory=list)
@@ -64,18 +66,26 @@ def screen(
 
     ref_out: dict[str, pd.Series] = {}
     cur_out: dict[str, pd.Series] = {}
-    result = Screened(pd.DataFrame(), pd.DataFrame())
+    numerical: list[str] = []
+    categorical: list[str] = []
+    skipped: list[SkippedColumn] = []
+    notes: list[str] = []
     for col in columns:
-        outcome = _screen_column(col, reference, current, min_values, result.notes)
+        outcome = _screen_column(col, reference, current, min_values, notes)
         if isinstance(outcome, str):
-            result.skipped.append(SkippedColumn(col, outcome))
+            skipped.append(SkippedColumn(column=col, reason=outcome))
             continue
         kind, ref, cur = outcome
         ref_out[col], cur_out[col] = ref.reset_index(drop=True), cur.reset_index(drop=True)
-        (result.numerical if kind == "numerical" else result.categorical).append(col)
-    result.reference = pd.DataFrame(ref_out, index=range(len(reference)))
-    result.current = pd.DataFrame(cur_out, index=range(len(current)))
-    return result
+        (numerical if kind == "numerical" else categorical).append(col)
+    return Screened(
+        reference=pd.DataFrame(ref_out, index=range(len(reference))),
+        current=pd.DataFrame(cur_out, index=range(len(current))),
+        numerical=numerical,
+        categorical=categorical,
+        skipped=skipped,
+        notes=notes,
+    )
 
 
 def _screen_column(

@@ -366,7 +366,9 @@ def _compare_versions(
             skipped.setdefault(feature, why)
     compared = {f.feature for f in result.features}
     result.skipped = [
-        SkippedColumn(k, why) for k, why in sorted(skipped.items()) if k not in compared
+        SkippedColumn(column=k, reason=why)
+        for k, why in sorted(skipped.items())
+        if k not in compared
     ]
 
 

@@ -3,12 +3,20 @@ notes the rest, an arm with no rows still gets its (empty) group."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from mlpipe.monitoring._arm_window import ArmWindow, arm_window, newest_first, version_groups
+from mlpipe.monitoring._arm_window import (
+    ArmGroup,
+    ArmWindow,
+    arm_window,
+    newest_first,
+    version_groups,
+)
 from mlpipe.tasks import TaskSpec
 
 ROWS = pd.DataFrame(
@@ -66,3 +74,11 @@ def test_a_window_without_entities_clusters_each_row_alone() -> None:
     )
     assert window.version == "?"
     assert np.array_equal(window.clusters(), np.arange(0))
+
+
+def test_a_group_is_frozen_and_keyword_only() -> None:
+    group = version_groups(ROWS, ["canary"])[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        group.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ArmGroup("canary", "3", group.mask, "canary")  # type: ignore[misc]

@@ -33,7 +33,7 @@ def test_an_arm_dict_keeps_the_field_order_then_the_derived_lists() -> None:
     quality = QualitySection(labelled_rows=1, rows=100, label_lag="lag", status="insufficient")
     arm = _arm(
         "drift", columns=[_drifted("amount", "feature"), _drifted("age", "missing")],
-        skipped=[SkippedColumn("blob", "too many categories")], quality=quality,
+        skipped=[SkippedColumn(column="blob", reason="too many categories")], quality=quality,
     )  # fmt: skip
     data = arm.to_dict()
     assert list(data) == [

@@ -46,9 +46,13 @@ def test_an_untested_column_says_why() -> None:
 
 
 def test_distance_columns_judge_against_the_plan_and_skip_what_has_no_score() -> None:
-    plan = Plan(alpha=0.01, entities=None, effective={"a": 400.0, "b": 10.0, "prediction": 400.0})
-    plan.thresholds.update({"a": 0.05, "prediction": 0.05})
-    plan.insufficient["b"] = "effective sample 10 (< 30): not tested"
+    plan = Plan(
+        alpha=0.01,
+        entities=None,
+        effective={"a": 400.0, "b": 10.0, "prediction": 400.0},
+        thresholds={"a": 0.05, "prediction": 0.05},
+        insufficient={"b": "effective sample 10 (< 30): not tested"},
+    )
     tested = {
         "prediction": ("wasserstein", 0.3, 0.1, True),
         "b": ("wasserstein", 0.2, 0.1, True),

@@ -3,6 +3,7 @@ column, a frame without them says prediction drift is not tested, a large one is
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -63,17 +64,18 @@ def test_served_and_predicted_agree_on_what_prediction_drift_compares() -> None:
 
 def test_a_given_frame_is_sampled_to_the_reference_size_and_described() -> None:
     frame = pd.DataFrame({"x": np.arange(100), "score": np.linspace(0, 1, 100)})
-    source = ReferenceSource(ReferenceSpec("frame"), frame, sample_rows=10)
+    source = ReferenceSource(spec=ReferenceSpec("frame"), frame=frame, sample_rows=10)
     settings: Any = None  # a given frame needs neither the registry nor the warehouse
     ref = source.for_version(settings, "m", "1", BINARY)
     assert len(ref.frame) == 10 and list(ref.frame.index) == list(range(10))
     assert source.describe() == "given frame"
-    assert ReferenceSource(ReferenceSpec("training"), None, 10).describe() == "training reference"
+    training = ReferenceSource(spec=ReferenceSpec("training"), frame=None, sample_rows=10)
+    assert training.describe() == "training reference"
 
 
 def test_training_without_a_version_is_an_empty_reference() -> None:
     settings: Any = None
-    ref = ReferenceSource(ReferenceSpec("training"), None, 10).for_version(
+    ref = ReferenceSource(spec=ReferenceSpec("training"), frame=None, sample_rows=10).for_version(
         settings, "m", None, BINARY
     )
     assert ref.frame.empty and ref.positive_rate is None
@@ -105,3 +107,11 @@ def test_reference_scores_are_scored_once_then_read_from_the_cache(
     assert calls == ["3"]
     assert again.scores.tolist() == first.scores.tolist() == [0.1, 0.6, 0.9, 0.2]
     assert again.threshold == 0.5 and again.positive_rate == 0.5
+
+
+def test_a_reference_source_is_frozen_and_keyword_only() -> None:
+    source = ReferenceSource(spec=ReferenceSpec("training"), frame=None, sample_rows=10)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        source.sample_rows = 5  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ReferenceSource(ReferenceSpec("training"), None, 10)  # type: ignore[misc]
