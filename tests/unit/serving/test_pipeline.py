@@ -522,20 +522,6 @@ def test_rows_scored_in_chunks_fail_together_and_log_nothing(env: Any) -> None:
     assert env.sink.rows == []
 
 
-def test_a_key_the_store_refuses_fails_its_request_alone(env: Any) -> None:
-    def fetch(service: str, entities: list[dict[str, Any]]) -> list[Any]:
-        if any(e["customer_id"] == 13 for e in entities):
-            raise InvalidInput("entity.customer_id: 13 is unlucky")
-        return FakeFeatures()(service, entities)
-
-    env.pipeline._fetch = fetch
-    out = env.pipeline.predict_batch([_req(12), _req(13), _req(14)])
-    assert [r.get("status") for r in out] == [None, 422, None]
-    assert out[1]["field"] == "entity.customer_id"
-    assert out[0]["features_missing"] == [] and out[2]["features_missing"] == []
-    assert [r.request_id for r in env.sink.rows] == [out[0]["request_id"], out[2]["request_id"]]
-
-
 def test_only_join_keys_route_and_are_logged(tmp_path: Path) -> None:
     """Extra entity keys neither pick the arm nor reach the log (issue 29, item 11)."""
     built = fake_runtime(load_settings(home=tmp_path), ListSink())
