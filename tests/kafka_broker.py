@@ -31,24 +31,39 @@ def _missing_tools() -> str | None:
 
 
 class Broker:
-    """One broker process: its bootstrap address, and stop/start/restart on the same data."""
+    """One broker process: its bootstrap address, and stop/start/restart on the same data.
 
-    def __init__(self, root: Path) -> None:
+    With ``sasl_users`` (name → password) clients must log in (SASL/PLAIN), as on
+    a managed Kafka; :attr:`client_config` logs in as the first of them.
+    """
+
+    def __init__(self, root: Path, sasl_users: dict[str, str] | None = None) -> None:
         self.dir = root
         self.port = free_port()
         self.controller_port = free_port()
+        self.sasl_users = sasl_users or {}
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def client_config(self) -> dict[str, str]:
+        """The librdkafka settings a client of this broker needs besides its bootstrap."""
+        if not self.sasl_users:
+            return {}
+        user, password = next(iter(self.sasl_users.items()))
+        return sasl_config(user, password)
+
     def start(self) -> None:
         ports = [str(self.port), str(self.controller_port)]
+        users = " ".join(f"{u}:{p}" for u, p in self.sasl_users.items())
         subprocess.run(
             ["bash", str(SCRIPT), "start", str(self.dir), *ports],
             check=True,
             timeout=300,
             stdout=subprocess.DEVNULL,
+            env={**os.environ, "KAFKA_SASL_USERS": users},
         )
         self._wait_for_metadata()
 
@@ -62,7 +77,7 @@ class Broker:
     def _wait_for_metadata(self, timeout_s: float = 60.0) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.client_config})
         deadline = time.monotonic() + timeout_s
         while True:
             try:
@@ -76,7 +91,7 @@ class Broker:
     def create_topic(self, name: str, partitions: int = 3) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.client_config})
         for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
             future.result(timeout=30)
         self._wait_for_partitions(name, partitions)
@@ -84,7 +99,7 @@ class Broker:
     def add_partitions(self, name: str, total: int) -> None:
         from confluent_kafka.admin import AdminClient, NewPartitions
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.client_config})
         for future in admin.create_partitions([NewPartitions(name, total)]).values():
             future.result(timeout=30)
         self._wait_for_partitions(name, total)
@@ -92,7 +107,7 @@ class Broker:
     def _wait_for_partitions(self, name: str, count: int) -> None:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.client_config})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             topic = admin.list_topics(name, timeout=5).topics.get(name)
@@ -107,6 +122,7 @@ class Broker:
 
         consumer = Consumer(
             {
+                **self.client_config,
                 "bootstrap.servers": self.bootstrap,
                 "group.id": f"check-{time.monotonic_ns()}",
                 "auto.offset.reset": "earliest",
@@ -124,8 +140,18 @@ class Broker:
         return messages
 
 
+def sasl_config(user: str, password: str) -> dict[str, str]:
+    """librdkafka's settings for a SASL/PLAIN login over plaintext."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
 @contextmanager
-def kafka_broker(root: Path) -> Iterator[Broker]:
+def kafka_broker(root: Path, sasl_users: dict[str, str] | None = None) -> Iterator[Broker]:
     """A started broker in ``root`` (fresh), stopped on exit; skips where Java/Maven are missing."""
     pytest.importorskip("confluent_kafka", reason="the Kafka tests need mlpipe[prod]")
     missing = _missing_tools()
@@ -134,7 +160,7 @@ def kafka_broker(root: Path) -> Iterator[Broker]:
             pytest.fail(f"CI must run the Kafka tests, but {missing}")
         pytest.skip(f"no Kafka broker can run here: {missing} (.ci/kafka/broker)")
     root.mkdir(parents=True, exist_ok=True)
-    broker = Broker(root)
+    broker = Broker(root, sasl_users)
     broker.start()
     try:
         yield broker

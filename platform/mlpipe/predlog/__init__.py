@@ -5,7 +5,7 @@ goes out; the warehouse loader reads closed and open segments idempotently.
 """
 
 from mlpipe.predlog._group_commit import GroupCommitter
-from mlpipe.predlog._kafka import TENANT_HEADER
+from mlpipe.predlog._kafka import TENANT_HEADER, ClientErrors
 from mlpipe.predlog._pii import PiiHasher
 from mlpipe.predlog._record import DECODER, ENCODER, Arm, PredictionRecord
 from mlpipe.predlog._segments import SegmentWriter
@@ -15,6 +15,7 @@ __all__ = [
     "DECODER",
     "ENCODER",
     "Arm",
+    "ClientErrors",
     "GroupCommitter",
     "PiiHasher",
     "PredictionRecord",

@@ -25,6 +25,37 @@ from mlpipe.predlog._record import ENCODER, PredictionRecord
 TENANT_HEADER = "mlpipe-tenant"
 
 
+class ClientErrors:
+    """The last client-level error librdkafka reported to a client (its ``error_cb``).
+
+    A record that was never acknowledged says only "Message timed out", and a
+    metadata request that failed only "Broker transport failure", whatever the
+    cause. librdkafka reports the cause separately: a failed SASL login, a
+    client speaking plaintext to a TLS or SASL listener, every broker down.
+    :meth:`explain` adds it to the message a user sees. "All brokers are down",
+    which librdkafka repeats after any such failure, does not replace a more
+    specific cause.
+    """
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.login_failed = False  # the broker refused the credentials: retrying cannot help
+
+    def __call__(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if self.last is None or err.code() != KafkaError._ALL_BROKERS_DOWN:
+            self.last = err.str()
+        self.login_failed = self.login_failed or err.code() == KafkaError._AUTHENTICATION
+
+    def clear(self) -> None:
+        self.last = None
+        self.login_failed = False
+
+    def explain(self, reason: str) -> str:
+        return reason if self.last is None else f"{reason}; Kafka reported: {self.last}"
+
+
 def producer_config(
     bootstrap: str, client_id: str, timeout_s: float = 5.0, extra: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
@@ -63,12 +94,13 @@ class KafkaSink:
         self.topic = topic
         self.timeout_s = timeout_s
         self._config = producer_config(bootstrap, f"mlpipe-{worker_id}", timeout_s, extra)
+        self._errors = ClientErrors()
         self._producer = self._new_producer()
 
     def _new_producer(self) -> Any:
         from confluent_kafka import Producer
 
-        return Producer(self._config)
+        return Producer({**self._config, "error_cb": self._errors})
 
     def append(self, records: Sequence[PredictionRecord]) -> None:
         """Return once every record is acknowledged; else raise StoreUnavailable."""
@@ -98,6 +130,8 @@ class KafkaSink:
                 reason = str(errs[0]) if errs else f"{pending} record(s) not acknowledged"
                 refusal = self._unavailable(reason)
             outcomes.append(refusal)
+        if not any(outcomes):
+            self._errors.clear()  # what went wrong before has been put right
         return outcomes
 
     def _produce(
@@ -129,7 +163,7 @@ class KafkaSink:
     def _unavailable(self, reason: str) -> StoreUnavailable:
         return StoreUnavailable(
             f"prediction log on Kafka topic {self.topic!r} did not take the batch "
-            f"within {self.timeout_s:g}s: {reason}"
+            f"within {self.timeout_s:g}s: {self._errors.explain(reason)}"
         )
 
     def close(self) -> None:

@@ -35,7 +35,7 @@ import msgspec
 import sqlalchemy as sa
 
 from mlpipe.errors import StoreUnavailable
-from mlpipe.predlog import DECODER, TENANT_HEADER, PredictionRecord
+from mlpipe.predlog import DECODER, TENANT_HEADER, ClientErrors, PredictionRecord
 from mlpipe.warehouse import _dialects, _engine, _schema
 from mlpipe.warehouse._duckdb import duckdb_connection
 from mlpipe.warehouse._segments import (
@@ -82,6 +82,31 @@ class PartitionLag:
     def of(cls, topic: str, partition: int, loaded: int, start: int, end: int) -> PartitionLag:
         lag = max(0, end - max(loaded, start))
         return cls(topic, partition, loaded, start, end, lag, max(0, min(start, end) - loaded))
+
+
+def _topic_metadata(consumer: Any, errors: ClientErrors, topic: str) -> Any:
+    """``topic``'s metadata, asked for in 1-s tries for up to ``_METADATA_TIMEOUT_S``;
+    a refused login ends the tries at once (no retry can fix a wrong password)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + _METADATA_TIMEOUT_S
+    while True:
+        try:
+            return consumer.list_topics(topic, timeout=1.0)
+        except KafkaException:
+            consumer.poll(0)  # serves the error events queued meanwhile to ``errors``
+            if errors.login_failed or time.monotonic() >= deadline:
+                raise
+
+
+def _unreachable(
+    settings: Settings, consumer: Any, errors: ClientErrors, exc: Exception
+) -> StoreUnavailable:
+    """StoreUnavailable for a failed metadata request, naming the cause librdkafka reported
+    (a failed SASL login, a wrong ``security.protocol``) when it reported one."""
+    consumer.poll(0)  # serves the error events queued meanwhile to ``errors``
+    where = f"Kafka at {settings.predlog.kafka_bootstrap} unreachable"
+    return StoreUnavailable(errors.explain(f"{where}: {exc}"))
 
 
 def consumer_config(settings: Settings) -> dict[str, Any]:
@@ -509,7 +534,8 @@ class TopicReader:
         self.notify = notify
         self.dialect = _dialects.dialect_for(settings.warehouse)
         self.positions: dict[int, int | None] = {}  # assigned partition -> warehouse position
-        self._consumer = Consumer(consumer_config(settings))
+        self._errors = ClientErrors()
+        self._consumer = Consumer({**consumer_config(settings), "error_cb": self._errors})
         self._held: Connection | None = None
 
     @contextmanager
@@ -550,11 +576,9 @@ class TopicReader:
         from confluent_kafka import KafkaException
 
         try:
-            meta = self._consumer.list_topics(self.topic, timeout=_METADATA_TIMEOUT_S)
+            meta = _topic_metadata(self._consumer, self._errors, self.topic)
         except KafkaException as exc:
-            raise StoreUnavailable(
-                f"Kafka at {self.settings.predlog.kafka_bootstrap} unreachable: {exc}"
-            ) from exc
+            raise _unreachable(self.settings, self._consumer, self._errors, exc) from exc
         info = meta.topics.get(self.topic)
         if info is None or info.error is not None:
             return []
@@ -747,10 +771,11 @@ def topic_lag(settings: Settings) -> list[PartitionLag]:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     topic = settings.predlog.kafka_topic
-    consumer = Consumer(consumer_config(settings))
+    errors = ClientErrors()
+    consumer = Consumer({**consumer_config(settings), "error_cb": errors})
     try:
         try:
-            meta = consumer.list_topics(topic, timeout=_METADATA_TIMEOUT_S)
+            meta = _topic_metadata(consumer, errors, topic)
             info = meta.topics.get(topic)
             if info is None or info.error is not None:
                 return []
@@ -761,9 +786,7 @@ def topic_lag(settings: Settings) -> list[PartitionLag]:
                 for p in sorted(info.partitions)
             }
         except KafkaException as exc:
-            raise StoreUnavailable(
-                f"Kafka at {settings.predlog.kafka_bootstrap} unreachable: {exc}"
-            ) from exc
+            raise _unreachable(settings, consumer, errors, exc) from exc
     finally:
         consumer.close()
     with _engine.read(settings) as conn:

@@ -8,7 +8,7 @@ import pytest
 from mlpipe.config import load_settings
 from mlpipe.errors import StoreUnavailable
 from mlpipe.predlog import PredictionRecord, open_sink
-from mlpipe.predlog._kafka import KafkaSink, producer_config
+from mlpipe.predlog._kafka import ClientErrors, KafkaSink, producer_config
 
 pytest.importorskip("confluent_kafka", reason="the Kafka sink needs mlpipe[prod]")
 
@@ -57,3 +57,33 @@ def test_a_group_answers_each_batch_for_itself_and_never_claims_an_unacked_recor
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     assert "the producer refused a record" in str(outcomes[1])
     assert "Message timed out" in str(outcomes[0]) and "Message timed out" in str(outcomes[2])
+
+
+def _client_error(code: int, text: str) -> object:
+    from confluent_kafka import KafkaError
+
+    return KafkaError(code, text)
+
+
+def test_client_errors_name_the_cause_and_a_failed_login_outlives_all_brokers_down() -> None:
+    from confluent_kafka import KafkaError
+
+    errors = ClientErrors()
+    assert errors.explain("Local: Message timed out") == "Local: Message timed out"
+    errors(_client_error(KafkaError._AUTHENTICATION, "SASL authentication error: bad password"))
+    errors(_client_error(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert errors.login_failed
+    assert errors.explain("Local: Message timed out") == (
+        "Local: Message timed out; Kafka reported: SASL authentication error: bad password"
+    )
+    errors.clear()
+    assert errors.explain("x") == "x" and not errors.login_failed
+    errors(_client_error(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert errors.explain("x") == "x; Kafka reported: 1/1 brokers are down"
+    assert not errors.login_failed
+
+
+def test_a_batch_no_broker_took_names_what_kafka_reported() -> None:
+    sink = KafkaSink("127.0.0.1:1", "mlpipe-predictions", "w1", timeout_s=0.5)
+    with pytest.raises(StoreUnavailable, match=r"; Kafka reported: .*Connection refused"):
+        sink.append([_record()])
