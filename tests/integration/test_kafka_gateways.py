@@ -327,6 +327,21 @@ def _drift_counts_each_version(stack: Stack, answers: Answers) -> None:
     assert {a["verdict"] for a in result["arms"]} == {"ok"}, [a["notes"] for a in result["arms"]]
 
 
+def _skew_finds_none(stack: Stack, answers: Answers) -> None:
+    """The served FROM_REDIS values, read back from the Kafka-fed warehouse, match the
+    offline store's point-in-time values: no skew, over every logged row of each version."""
+    skew = run_cli("monitor", "skew", "fraud", "--window", "1h", "--json", cwd=stack.settings.home)
+    assert skew.returncode == 0, skew.stdout[-3000:] + skew.stderr[-3000:]
+    result = json.loads(skew.stdout)
+    assert (result["verdict"], result["exit_code"]) == ("ok", 0), result
+    compared = {v["version"]: v["compared"] for v in result["versions"]}
+    assert set(compared) == {CHAMPION, CANARY}
+    assert sum(compared.values()) == result["rows_compared"] == min(1000, len(answers.ok))
+    checked = [f for f in result["features"] if f["feature"] == FROM_REDIS]
+    assert {f["version"] for f in checked} == {CHAMPION, CANARY}
+    assert all(f["compared"] > 0 and f["mismatched"] == 0 for f in checked), checked
+
+
 def test_two_gateways_log_every_acknowledged_prediction_once_through_one_topic(
     stack: Stack,
 ) -> None:
@@ -355,3 +370,4 @@ def test_two_gateways_log_every_acknowledged_prediction_once_through_one_topic(
     figures = {(f.arm, f.version): f.requests for f in warehouse.arm_figures(s, "fraud", since)}
     assert figures == dict(answers.per_arm())
     _drift_counts_each_version(stack, answers)
+    _skew_finds_none(stack, answers)
