@@ -6,10 +6,8 @@ project home, profile and serving overrides as ``MLPIPE_*`` variables.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from mlpipe.errors import NotFound, StoreUnavailable
 from mlpipe.serving._generations import READY_LOG
+from mlpipe.serving._process_tree import stop_tree
 
 if TYPE_CHECKING:
     from mlpipe.config import Settings
@@ -129,7 +128,7 @@ class ScoringProcess:
 
     ``with ScoringProcess(settings, port=...) as server:`` starts it, waits until
     ``/readyz`` answers and every worker has loaded its models, and, on exit,
-    stops the whole process group (SIGTERM, then SIGKILL).
+    stops the server and every process under it (SIGTERM, then SIGKILL).
     """
 
     def __init__(
@@ -210,18 +209,14 @@ class ScoringProcess:
         return self.log_path.read_text(errors="replace").count(READY_LOG) >= self.workers
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """Stop the whole process group; idempotent."""
+        """Stop the server and its workers (SIGTERM, SIGKILL after ``grace_s``); idempotent.
+
+        The workers run in sessions of their own, outside the server's process group:
+        :func:`stop_tree` finds them under the server and kills those that outlive it.
+        """
         if self._proc is None or self._proc.poll() is not None:
             return
-        pgid = os.getpgid(self._proc.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self._proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self._proc.wait(timeout=grace_s)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)  # workers that outlived their parent
+        stop_tree(self._proc, grace_s)
 
 
 __all__ = [
