@@ -13,7 +13,10 @@ from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.features._datasets import read_entities, write_dataset
 
 ENTITIES = pd.DataFrame(
-    {"customer_id": [1, 2], "event_timestamp": ["2026-12-01T10:00:00+01:00", "2026-12-02T00:00:00+00:00"]}
+    {
+        "customer_id": [1, 2],
+        "event_timestamp": ["2026-12-01T10:00:00+01:00", "2026-12-02T00:00:00+00:00"],
+    }
 )
 
 
