@@ -7,6 +7,7 @@ import pytest
 
 from mlpipe.config import find_project, load_settings
 from mlpipe.errors import ConfigError
+from tests.conftest import run_in_process
 
 
 def test_defaults_put_every_store_under_home(home: Path) -> None:
@@ -196,17 +197,19 @@ def test_a_project_others_can_write_is_refused_until_trusted(
     assert find_project() == nowhere.resolve()
 
 
-def test_the_cli_refuses_a_hostile_parent_in_one_line(nowhere: Path) -> None:
-    from tests.conftest import run_cli
-
+def test_the_cli_refuses_a_hostile_parent_in_one_line(
+    nowhere: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the console script's entry point in this process (the discovery is the
+    library's, read per command; no child interpreter needed)."""
     work = _hostile_parent(nowhere)
     os.chown(nowhere / "mlpipe.toml", 65534, 65534)
-    result = run_cli("status", "fraud", cwd=work)
-    assert result.returncode == 2 and result.stdout == ""
-    (line,) = result.stderr.strip().splitlines()
+    code, out, err = run_in_process(monkeypatch, capsys, "status", "fraud")
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
     assert line.startswith(f"error: refusing the project found at {nowhere.resolve()}/mlpipe.toml")
     assert list(work.iterdir()) == [] and not _attacker(nowhere).exists()
-    trusted = run_cli(
-        "status", "fraud", cwd=work, env={"MLPIPE_HOME": str(nowhere), "MLPIPE_STATE_DIR": ".s"}
-    )
-    assert "refusing" not in trusted.stderr
+    monkeypatch.setenv("MLPIPE_HOME", str(nowhere))
+    monkeypatch.setenv("MLPIPE_STATE_DIR", ".s")
+    _, _, trusted_err = run_in_process(monkeypatch, capsys, "status", "fraud")
+    assert "refusing" not in trusted_err
