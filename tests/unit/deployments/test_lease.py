@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -177,9 +178,25 @@ def test_renew_moves_the_weight_and_a_lease_ended_elsewhere_is_lost(settings: Se
 
 
 def test_sigterm_in_the_block_is_an_interrupt_naming_the_signal() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only; SIGTERM would end the run")
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt) as raised:
         with signals_as_interrupt():
             os.kill(os.getpid(), signal.SIGTERM)
     assert raised.value.args == (f"signal {int(signal.SIGTERM)}",)
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_outside_the_main_thread_the_handlers_are_left_alone() -> None:
+    seen: list[object] = []
+
+    def in_a_thread() -> None:
+        with signals_as_interrupt():
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    before = signal.getsignal(signal.SIGTERM)
+    worker = threading.Thread(target=in_a_thread)
+    worker.start()
+    worker.join(timeout=10)
+    assert seen == [before]
