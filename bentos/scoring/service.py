@@ -29,13 +29,11 @@ from mlpipe.serving import (
     RuntimeSlot,
     ServingRuntime,
     bind_once,
-    build_app_inside,
     front_door,
     guard_request_heads,
-    label_metrics_by_route,
     request_stack,
+    scoring_service_class,
     span_headers,
-    use_deadline,
 )
 
 settings = load_settings()
@@ -44,10 +42,6 @@ _s = settings.serving
 # Before the runtime imports Feast: its type checks cost seconds of every worker's start-up
 # (decision 011).
 skip_feast_type_checks()
-# mlpipe's Deadline where BentoML's TimeoutMiddleware stood (decision 006).
-use_deadline()
-# BentoML's traffic metrics labelled by route, never by a client's path (issue 23).
-label_metrics_by_route()
 # Request heads bounded in size and time before they are parsed (decision 025).
 guard_request_heads(_s.max_header_bytes, _s.header_timeout_s)
 
@@ -72,6 +66,9 @@ runtime = RuntimeSlot()
     # Tracing off: the middleware's span bookkeeping was ~10 % of a worker's CPU (decision 013).
     tracing={} if _s.tracing else {"excluded_urls": [".*"]},
     endpoints={"livez": "/livez", "readyz": "/readyz"},
+    # The app inside the front door, with mlpipe's Deadline and route-labelled metrics in the
+    # places of BentoML's timeout and traffic-metrics middleware (decisions 006, 009, 037).
+    service_class=scoring_service_class(front_door(settings, admission, runtime), batcher),
 )
 class Scoring:
     """Gateway and model runner in one process per worker (decision 001)."""
@@ -154,4 +151,3 @@ for cls, kwargs in request_stack(
     settings, admission=admission, batch=batcher, runtime=runtime, span_headers=span_headers
 ):
     Scoring.add_asgi_middleware(cls, **kwargs)
-build_app_inside(Scoring, front_door(settings, admission, runtime), batcher)

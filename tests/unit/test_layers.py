@@ -176,3 +176,91 @@ def test_a_request_time_read_of_the_global_runtime_is_caught(tmp_path: Path) -> 
         "_gate.py:6 current",
         "_gate.py:7 _current",
     ]
+
+
+# -- no module changes a third-party module or class for everyone --
+
+# What is still replaced, and why (issue 31, item 1; decision 037):
+# - uvicorn.Config: BentoML's worker builds it with no protocol and gives the app no way
+#   to reach it, so the head guard (decision 025) is installed by replacing the class;
+# - typeguard.typechecked: Feast decorates its classes with it at import, and its checks
+#   cost seconds of every worker's start (decision 011); no setting turns them off.
+THIRD_PARTY_REPLACEMENTS_LEFT = {
+    "serving/_bentoml_patches.py uvicorn.Config",
+    "features/_unchecked.py typeguard.typechecked",
+}
+
+
+def _third_party_names(tree: ast.Module) -> set[str]:
+    """The names a module binds to what it imports from outside mlpipe."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names if not _ours(a.name)}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and not _ours(node.module):
+            names |= {a.asname or a.name for a in node.names}
+    return names
+
+
+def _ours(module: str | None) -> bool:
+    return module is not None and (module == "mlpipe" or module.startswith("mlpipe."))
+
+
+def _root(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _assigned_attributes(node: ast.AST) -> Iterator[ast.expr]:
+    """The ``x.y`` targets ``node`` assigns to (``=``, ``+=``, annotated, ``setattr(x, ...)``)."""
+    if isinstance(node, ast.Assign):
+        yield from (t for t in node.targets if isinstance(t, ast.Attribute))
+    elif isinstance(node, ast.AugAssign | ast.AnnAssign) and isinstance(node.target, ast.Attribute):
+        yield node.target
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "setattr"
+        and node.args
+    ):
+        yield ast.Attribute(value=node.args[0], attr="<setattr>", ctx=ast.Store())
+
+
+def third_party_replacements(root: Path = PACKAGE) -> set[str]:
+    """``path name.attr`` for every assignment to an attribute of an imported third-party
+    module or class under ``root``: a global patch that changes it for every caller."""
+    found: set[str] = set()
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        imported = _third_party_names(tree)
+        for node in ast.walk(tree):
+            for target in _assigned_attributes(node):
+                if _root(target) in imported:
+                    found.add(f"{path.relative_to(root)} {ast.unparse(target)}")
+    return found
+
+
+def test_no_module_replaces_a_third_party_name_but_the_one_named() -> None:
+    assert third_party_replacements() == THIRD_PARTY_REPLACEMENTS_LEFT
+
+
+def test_a_global_patch_is_caught(tmp_path: Path) -> None:
+    """The check itself: assigning to an imported module's or class's attribute is reported;
+    an attribute of one's own object is not."""
+    (tmp_path / "_patch.py").write_text(
+        "import bentoml\n"
+        "from uvicorn import Config as C\n"
+        "from mlpipe.serving import _runtime\n\n"
+        "class Mine:\n"
+        "    pass\n\n"
+        "def install(f):\n"
+        "    bentoml.Service.to_asgi = f\n"
+        "    setattr(C, 'http', 'h11')\n"
+        "    Mine.x = 1\n"
+        "    _runtime.slot = None\n"
+    )
+    assert third_party_replacements(tmp_path) == {
+        "_patch.py bentoml.Service.to_asgi",
+        "_patch.py C.<setattr>",
+    }

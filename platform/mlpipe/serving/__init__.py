@@ -35,11 +35,9 @@ if TYPE_CHECKING:
     from mlpipe.serving._bentoml_patches import (
         Batcher,
         bind_once,
-        build_app_inside,
         guard_request_heads,
-        label_metrics_by_route,
+        scoring_service_class,
         span_headers,
-        use_deadline,
     )
 
 # The BentoML patches import bentoml (seconds), which `mlpipe serve` and the demo,
@@ -48,11 +46,9 @@ _BENTOML_PATCHES = frozenset(
     {
         "Batcher",
         "bind_once",
-        "build_app_inside",
         "guard_request_heads",
-        "label_metrics_by_route",
+        "scoring_service_class",
         "span_headers",
-        "use_deadline",
     }
 )
 
@@ -96,17 +92,15 @@ __all__ = [
     "ServingRuntime",
     "VersionPlan",
     "bind_once",
-    "build_app_inside",
     "exec_server",
     "free_port",
     "front_door",
     "guard_request_heads",
-    "label_metrics_by_route",
     "request_stack",
+    "scoring_service_class",
     "security_metrics",
     "server_command",
     "service_dir",
     "serving_metrics",
     "span_headers",
-    "use_deadline",
 ]

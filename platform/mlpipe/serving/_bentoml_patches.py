@@ -5,34 +5,34 @@ API, so an upgrade may move or change it; ``tests/unit/serving/test_bentoml_patc
 asserts that each name still exists with the signature used here, so an
 upgrade fails there, loudly, rather than in a running server.
 
-- :func:`use_deadline`: BentoML builds each worker's app with whatever
-  ``bentoml._internal.server.http.traffic.TimeoutMiddleware`` holds then; its
-  own keeps every request's context alive for the whole timeout, and the GC
-  stalls that made set the p99. :class:`~mlpipe.serving.Deadline` keeps its
-  504 contract without that (decision 006).
+The scoring service is built through BentoML's own extension point,
+``@bentoml.service(service_class=...)``: :func:`scoring_service_class` gives a
+``bentoml.Service`` whose app comes from :class:`ScoringAppFactory` (BentoML's
+factory, subclassed), so nothing of BentoML's is replaced for anyone else.
+
+- :class:`ScoringAppFactory` builds the app with two of mlpipe's middleware in
+  the places of BentoML's own: :class:`~mlpipe.serving.Deadline` for its
+  ``TimeoutMiddleware``, which kept every request's context alive for the
+  whole timeout (the GC stalls that made set the p99; decision 006), and
+  :class:`RouteMetrics` for its traffic metrics, which labelled every series
+  with the raw path, so any client could add series without bound (issue 23).
 - :class:`Batcher`: the gateway hands a validated request to the ``predict``
   API's adaptive batcher (``ServiceAppFactory.batch_infer``: the same queue,
   batch sizes and metrics as BentoML's route) without BentoML's HTTP route,
   which serialized, parsed and validated every request again and serialized
-  its answer: about half the server's CPU a request (decision 018).
-- :func:`build_app_inside`: ``bentoml.Service.to_asgi`` replaced, for one
-  service, by the same build that keeps the ``ServiceAppFactory`` (for the
-  batcher) and wraps the app in a layer of mlpipe's (the front door, decision 009).
+  its answer: about half the server's CPU a request (decision 018). The
+  service's app is built inside a layer of mlpipe's (the front door, decision 009).
 - :func:`bind_once`: BentoML looks the API method up on the instance for every
   batch, and each lookup builds a new wrapper around ``inspect.signature``
   (decision 014).
 - :func:`span_headers`: the ``X-BentoML-Request-ID`` header BentoML's route
   adds when tracing, from its trace context.
-- :func:`label_metrics_by_route`: BentoML builds each app's traffic metrics
-  with whatever ``bentoml._internal.server.http.instruments.RunnerTrafficMetricsMiddleware``
-  holds then; it labels every series with the raw path, outside auth, so any
-  client could add series without bound. :class:`RouteMetrics` hands it the
-  route's template instead, or ``other`` (issue 23, item 1).
 - :func:`guard_request_heads`: BentoML's worker builds its ``uvicorn.Config``
   after importing the service, with uvicorn's httptools protocol, which bounds
   neither a request head's size nor its time; the worker gets
   :class:`~mlpipe.serving._header_guard.HeadGuard` instead (issue 23, item 4;
-  decision 025).
+  decision 025). The one global replacement left: BentoML's worker takes no
+  protocol and gives its app no way to reach the config (decision 037).
 
 This module imports bentoml (seconds); :mod:`mlpipe.serving` loads it only when
 one of these names is first asked for, which only the service does.
@@ -41,15 +41,15 @@ one of these names is first asked for, which only the service does.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import bentoml
 import uvicorn
 from _bentoml_impl.server.app import ServiceAppFactory
 from bentoml._internal.context import trace_context
-from bentoml._internal.server.http import instruments as _bentoml_instruments
-from bentoml._internal.server.http import traffic as _bentoml_traffic
+from bentoml._internal.server.http.instruments import RunnerTrafficMetricsMiddleware
+from bentoml._internal.server.http.traffic import TimeoutMiddleware
+from starlette.middleware import Middleware
 from starlette.routing import compile_path
 
 from mlpipe.serving._asgi import ASGIApp, Receive, Scope, Send
@@ -60,14 +60,8 @@ from mlpipe.serving._oip_schema import openapi
 from mlpipe.serving._schema import PredictRequest
 from mlpipe.serving._stack import Layer
 
-_BentoMLTrafficMetrics = _bentoml_instruments.RunnerTrafficMetricsMiddleware
 _UvicornConfig = uvicorn.Config
 _RAW_PATH = "mlpipe.raw_path"  # the scope's path while BentoML's metrics see its label
-
-
-def use_deadline() -> None:
-    """Have BentoML build every app from now on with :class:`Deadline` as its timeout middleware."""
-    _bentoml_traffic.TimeoutMiddleware = Deadline  # type: ignore[misc,assignment]
 
 
 class Batcher:
@@ -85,22 +79,35 @@ class Batcher:
         return result
 
 
-def build_app_inside(service: bentoml.Service[Any], outer: Layer, batcher: Batcher) -> None:
-    """Make BentoML build ``service``'s app inside ``outer``, keeping the factory for ``batcher``.
+class ScoringAppFactory(ServiceAppFactory):  # type: ignore[misc]  # bentoml is untyped
+    """BentoML's app factory with :class:`Deadline` and :class:`RouteMetrics` where its
+    timeout and traffic-metrics middleware stood (each keeps their options)."""
 
-    Every other service is built as BentoML builds it.
-    """
-    bentoml_to_asgi: Callable[[bentoml.Service[Any], bool], ASGIApp] = bentoml.Service.to_asgi
+    @property
+    def middlewares(self) -> list[Middleware]:
+        return [_ours(m) for m in super().middlewares]
 
-    def to_asgi(self: bentoml.Service[Any], is_main: bool = True) -> ASGIApp:
-        if self is not service:
-            return bentoml_to_asgi(self, is_main)
-        self.inject_config()  # what bentoml.Service.to_asgi does, keeping the factory
-        batcher.factory = ServiceAppFactory(self, is_main=is_main)
-        app: ASGIApp = outer.cls(batcher.factory(), **outer.kwargs)
-        return app
 
-    bentoml.Service.to_asgi = to_asgi
+def _ours(middleware: Middleware) -> Middleware:
+    """``middleware``, or mlpipe's in its place (:data:`_REPLACEMENTS`) with its options."""
+    replacement = _REPLACEMENTS.get(middleware.cls)
+    if replacement is None:
+        return middleware
+    return Middleware(replacement, *middleware.args, **middleware.kwargs)
+
+
+def scoring_service_class(outer: Layer, batcher: Batcher) -> type[bentoml.Service[Any]]:
+    """The ``service_class`` for ``@bentoml.service``: its app is :class:`ScoringAppFactory`'s,
+    inside ``outer``, and ``batcher`` keeps the factory (to call its batcher)."""
+
+    class ScoringService(bentoml.Service[Any]):  # type: ignore[misc]  # bentoml is untyped
+        def to_asgi(self, is_main: bool = True) -> ASGIApp:
+            self.inject_config()  # what bentoml.Service.to_asgi does first
+            batcher.factory = ScoringAppFactory(self, is_main=is_main)
+            app: ASGIApp = outer.cls(batcher.factory(), **outer.kwargs)
+            return app
+
+    return ScoringService
 
 
 def bind_once(instance: object, name: str) -> None:
@@ -133,11 +140,13 @@ class RouteMetrics:
     answers before the router.
     """
 
-    extra_routes: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    extra_routes: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+        (t, compile_path(t)[0]) for t in openapi("ErrorBody")[0]
+    )
 
     def __init__(self, app: ASGIApp, **options: Any) -> None:
         self.app = app
-        self._metrics = _BentoMLTrafficMetrics(self._restore_path, **options)
+        self._metrics = RunnerTrafficMetricsMiddleware(self._restore_path, **options)
         self._labels: EndpointLabels | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -159,11 +168,11 @@ class RouteMetrics:
         await self.app(scope, receive, send)
 
 
-def label_metrics_by_route() -> None:
-    """Have BentoML build every app from now on with :class:`RouteMetrics` for its metrics."""
-    paths, _ = openapi("ErrorBody")
-    RouteMetrics.extra_routes = tuple((t, compile_path(t)[0]) for t in paths)
-    _bentoml_instruments.RunnerTrafficMetricsMiddleware = RouteMetrics  # type: ignore[misc,assignment]
+# BentoML's middleware -> mlpipe's, in its place (ScoringAppFactory)
+_REPLACEMENTS: dict[Any, Any] = {
+    TimeoutMiddleware: Deadline,
+    RunnerTrafficMetricsMiddleware: RouteMetrics,
+}
 
 
 class _GuardedConfig(_UvicornConfig):
@@ -191,10 +200,9 @@ def guard_request_heads(max_bytes: int, timeout_s: float) -> None:
 __all__ = [
     "Batcher",
     "RouteMetrics",
+    "ScoringAppFactory",
     "bind_once",
-    "build_app_inside",
     "guard_request_heads",
-    "label_metrics_by_route",
+    "scoring_service_class",
     "span_headers",
-    "use_deadline",
 ]

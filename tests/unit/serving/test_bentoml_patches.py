@@ -1,9 +1,10 @@
 """The BentoML private API that ``mlpipe.serving._bentoml_patches`` uses, and the app built.
 
 bentoml is pinned; these tests fail on an upgrade that moves or changes any of
-the private names the patches use, and if the service's app stops being built
-the way the patches intend (Deadline in the timeout middleware's place, the
-front door around the whole app, the batcher holding the app's factory).
+the private names the module uses, and if the service's app stops being built
+the way it intends (Deadline in the timeout middleware's place, the front door
+around the whole app, the batcher holding the app's factory), or if loading the
+service replaces any of BentoML's names but the one it must (``uvicorn.Config``).
 """
 
 from __future__ import annotations
@@ -20,16 +21,21 @@ import uvicorn
 from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_impl.worker import service as bentoml_worker
 from bentoml._internal.context import trace_context
-from bentoml._internal.server import base_app
 from bentoml._internal.server.http import instruments, traffic
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from mlpipe.serving import Deadline, FrontDoor, OverloadGate, PredictGateway
-from mlpipe.serving._bentoml_patches import RouteMetrics
+from mlpipe.serving._bentoml_patches import RouteMetrics, ScoringAppFactory
 from mlpipe.serving._header_guard import HeadGuard
 from mlpipe.serving._metrics import OTHER_ENDPOINT, EndpointLabels
 
 SERVICE = Path(__file__).resolve().parents[3] / "bentos" / "scoring" / "service.py"
+# BentoML's names as this module found them: loading the service must leave them be
+BENTOML_NAMES = (
+    traffic.TimeoutMiddleware,
+    instruments.RunnerTrafficMetricsMiddleware,
+    bentoml.Service.to_asgi,
+)
 
 
 def _parameters(func: object) -> list[str]:
@@ -39,12 +45,18 @@ def _parameters(func: object) -> list[str]:
 # -- the private names, as the patches use them --
 
 
-def test_the_timeout_middleware_is_looked_up_by_name_when_an_app_is_built() -> None:
-    # use_deadline replaces the name; BentoML must still import it at build time
+def test_bentomls_factory_lists_the_two_middleware_mlpipe_stands_in_for() -> None:
+    @bentoml.service(traffic={"timeout": 7})
+    class Plain:
+        @bentoml.api
+        def echo(self, text: str) -> str:  # pragma: no cover
+            return text
+
+    Plain.inject_config()
+    found = {m.cls: m.kwargs for m in ServiceAppFactory(Plain).middlewares}
+    assert found[traffic.TimeoutMiddleware] == {"timeout": 7}
+    assert set(found[instruments.RunnerTrafficMetricsMiddleware]) == {"namespace", "skip_paths"}
     assert _parameters(traffic.TimeoutMiddleware) == _parameters(Deadline) == ["app", "timeout"]
-    source = inspect.getsource(base_app.BaseAppFactory.middlewares.fget)  # type: ignore[attr-defined]
-    assert "from .http.traffic import TimeoutMiddleware" in source
-    assert "Middleware(TimeoutMiddleware, timeout=self.timeout)" in source
 
 
 def test_the_app_factory_builds_and_batches_as_the_patches_call_it() -> None:
@@ -77,17 +89,17 @@ def test_service_to_asgi_is_inject_config_then_the_factory() -> None:
     ]
 
 
-def test_the_traffic_metrics_are_looked_up_by_name_and_read_the_path_before_the_app() -> None:
-    # label_metrics_by_route replaces the name; BentoML must still import it at build time
-    source = inspect.getsource(ServiceAppFactory.middlewares.fget)  # type: ignore[attr-defined]
-    assert "from bentoml._internal.server.http.instruments import" in source
-    assert "Middleware(\n                    RunnerTrafficMetricsMiddleware," in source
+def test_the_traffic_metrics_read_the_path_once_before_the_app() -> None:
     metrics = instruments.RunnerTrafficMetricsMiddleware
     assert _parameters(metrics) == ["app", "namespace", "skip_paths"]
     # RouteMetrics swaps the path for its label around this one read
     call = inspect.getsource(metrics.__call__)
     assert call.count('scope["path"]') == 2  # the /metrics check and the label
     assert call.index('endpoint = scope["path"]') < call.index("await self.app(scope, wrapped")
+
+
+def test_service_class_is_bentomls_extension_point() -> None:
+    assert "service_class" in _parameters(bentoml.service)
 
 
 def test_the_worker_builds_uvicorns_config_after_loading_the_service() -> None:
@@ -122,14 +134,10 @@ def test_the_trace_context_holds_the_span_id() -> None:
 
 @pytest.fixture
 def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """The service module, loaded fresh; BentoML's names are restored afterwards."""
-    monkeypatch.setattr(traffic, "TimeoutMiddleware", traffic.TimeoutMiddleware)
-    metrics = instruments.RunnerTrafficMetricsMiddleware
-    monkeypatch.setattr(instruments, "RunnerTrafficMetricsMiddleware", metrics)
+    """The service module, loaded fresh; the one name it replaces is restored afterwards."""
     monkeypatch.setattr(uvicorn, "Config", uvicorn.Config)
     monkeypatch.setenv("MLPIPE_SERVING__MAX_HEADER_BYTES", "8192")
     monkeypatch.setenv("MLPIPE_SERVING__HEADER_TIMEOUT_S", "3")
-    monkeypatch.setattr(bentoml.Service, "to_asgi", bentoml.Service.to_asgi)
     monkeypatch.setattr(typeguard, "typechecked", typeguard.typechecked)  # skip_feast_type_checks
     monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
     spec = importlib.util.spec_from_file_location("_scoring_service_under_test", SERVICE)
@@ -140,15 +148,30 @@ def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
+def _middleware_names(service: ModuleType) -> list[str]:
+    """The middleware of the app the service builds, outermost first (after the front door)."""
+    service.Scoring.to_asgi()
+    return [m.cls.__name__ for m in service.batcher.factory.middlewares]
+
+
+def test_loading_the_service_replaces_none_of_bentomls_names(service: ModuleType) -> None:
+    assert service.Scoring.to_asgi() is not None
+    assert (
+        traffic.TimeoutMiddleware,
+        instruments.RunnerTrafficMetricsMiddleware,
+        bentoml.Service.to_asgi,
+    ) == BENTOML_NAMES
+
+
 def test_deadline_stands_where_bentomls_timeout_middleware_stood(service: ModuleType) -> None:
-    names = [m.cls.__name__ for m in ServiceAppFactory(service.Scoring).middlewares]
+    names = _middleware_names(service)
     assert "TimeoutMiddleware" not in names
     # outside mlpipe's own middleware, where BentoML's stood
     assert names.index("Deadline") < names.index("AuthGateway") < names.index("OverloadGate")
 
 
 def test_route_metrics_stand_where_bentomls_traffic_metrics_stood(service: ModuleType) -> None:
-    names = [m.cls.__name__ for m in ServiceAppFactory(service.Scoring).middlewares]
+    names = _middleware_names(service)
     assert "RunnerTrafficMetricsMiddleware" not in names
     assert names[0] == "RouteMetrics"  # outermost of BentoML's, as its own was
 
@@ -180,7 +203,7 @@ def test_the_worker_serves_with_the_head_guard_at_the_settings_bounds(
 
 
 def test_mlpipes_middleware_stand_in_the_stacks_order(service: ModuleType) -> None:
-    names = [m.cls.__name__ for m in ServiceAppFactory(service.Scoring).middlewares]
+    names = _middleware_names(service)
     ours = [n for n in names if n in {c.__name__ for c, _ in service.Scoring.middlewares}]
     assert ours == [
         "AuthGateway",
@@ -201,7 +224,7 @@ def test_the_front_door_wraps_the_whole_app(service: ModuleType) -> None:
     added = dict(service.Scoring.middlewares)
     assert app.admission is service.admission is added[OverloadGate]["admission"]
     # the batcher holds the factory that built the app, for the gateway's direct calls
-    assert isinstance(service.batcher.factory, ServiceAppFactory)
+    assert isinstance(service.batcher.factory, ScoringAppFactory)
     assert added[PredictGateway]["batch"] is service.batcher
 
 
