@@ -73,14 +73,21 @@ class ScoreTest:
     detail: str
 
 
+# Below this a variance of ranks in (0, 1] is rounding error: every row ranked alike
+# (a non-constant ranking of n rows has a variance of at least ~1/(4n)).
+_FLAT_VARIANCE = 1e-12
+
+
 def _weighted_corr(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Pearson correlation of ``x`` and ``y`` under each row of weights ``w``."""
+    """Pearson correlation of ``x`` and ``y`` under each row of weights ``w``; NaN where
+    either is flat (every row alike orders nothing: its rounding error is no variance)."""
     total = w.sum(axis=1)
     mx, my = (w @ x) / total, (w @ y) / total
     cov = (w @ (x * y)) / total - mx * my
     vx, vy = (w @ (x * x)) / total - mx**2, (w @ (y * y)) / total - my**2
+    flat = (vx < _FLAT_VARIANCE) | (vy < _FLAT_VARIANCE)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(cov / np.sqrt(vx * vy))
+        return np.where(flat, np.nan, cov / np.sqrt(np.where(flat, 1.0, vx * vy)))
 
 
 def score_test(
