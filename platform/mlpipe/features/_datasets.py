@@ -42,10 +42,21 @@ def read_entities(path: Path | str) -> pd.DataFrame:
         raise InvalidInput(f"cannot read entities from {path}: {exc}") from exc
     if EVENT_TIMESTAMP not in frame:
         raise InvalidInput(f"{path}: no {EVENT_TIMESTAMP!r} column (have {', '.join(frame)})")
+    column = frame[EVENT_TIMESTAMP]
+    # Text is read as ISO 8601 row by row: pandas otherwise takes the first row's layout
+    # for all, and refuses "2026-12-02" after "2026-12-01T10:00:00+01:00".
+    text = pd.api.types.is_object_dtype(column) or pd.api.types.is_string_dtype(column)
     try:
-        frame[EVENT_TIMESTAMP] = pd.to_datetime(frame[EVENT_TIMESTAMP], utc=True)
+        frame[EVENT_TIMESTAMP] = pd.to_datetime(
+            column, utc=True, format="ISO8601" if text else None
+        )
     except (ValueError, TypeError) as exc:
-        raise InvalidInput(f"{path}: {EVENT_TIMESTAMP} is not a timestamp column: {exc}") from exc
+        # not pandas' advice on its own arguments
+        reason = str(exc).splitlines()[0].removesuffix(" You might want to try:")
+        raise InvalidInput(
+            f"{path}: {EVENT_TIMESTAMP} is not a timestamp column: {reason} "
+            "(text timestamps are read as ISO 8601, e.g. 2026-12-01T10:00:00Z)"
+        ) from exc
     return frame
 
 
