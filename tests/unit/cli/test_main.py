@@ -1,4 +1,6 @@
-"""The command in-process: exact output and exit codes at the error boundary."""
+"""The command in-process: exact output and exit codes at the error boundary.
+
+Those that need a real MLflow registry are tests/integration/test_registry_refusals.py."""
 
 from __future__ import annotations
 
@@ -25,15 +27,6 @@ def test_history_json_of_a_model_never_deployed_prints_no_json(
     assert (code, out) == (2, "")
     assert err.startswith("error: nosuch has no deployment")
     assert "Traceback" not in err
-
-
-def test_deploy_of_an_unregistered_model_changes_nothing(
-    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, err = mlpipe(monkeypatch, capsys, "deploy", "fraud", "--version", "1")
-    assert (code, out, err) == (2, "", "error: no registered model named 'fraud'\n")
-    code, out, err = mlpipe(monkeypatch, capsys, "status", "fraud")
-    assert code == 2 and "fraud has no deployment" in err
 
 
 def test_tenants_list_json_on_a_fresh_home(
@@ -101,17 +94,3 @@ def test_a_table_written_to_a_pipe_is_not_cut_at_80_columns(
     assert code == 0, err
     assert "x" * 150 in out and "bill_length_of_a_very_long_column_name" in out
     assert "…" not in out
-
-
-def test_models_show_of_an_alias_not_set_is_one_line_exit_2(
-    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Not 3 "store unreachable": MLflow answers a missing alias as a bad parameter."""
-    from mlpipe import registry
-    from mlpipe.config import load_settings
-    from tests.conftest import train_toy_model
-
-    model, data = train_toy_model(home, n_estimators=5)
-    registry.register(load_settings(), "fraud", dataset=data, model_path=model)
-    code, out, err = mlpipe(monkeypatch, capsys, "models", "show", "fraud@champion")
-    assert (code, out, err) == (2, "", "error: no alias @champion on fraud\n")
