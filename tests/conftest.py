@@ -111,6 +111,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture
+def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working directory in no project (resolved), with no MLPIPE_* variable set."""
+    for key in [k for k in os.environ if k.startswith("MLPIPE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path.resolve()
+
+
+@pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty project home; MLPIPE_* variables point every store into it."""
     for key in list(os.environ):

@@ -61,15 +61,6 @@ def test_unknown_key_and_bad_value_name_the_field(home: Path) -> None:
         load_settings()
 
 
-@pytest.fixture
-def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory in no project, with no MLPIPE_* variable set."""
-    for key in [k for k in os.environ if k.startswith("MLPIPE_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
 def test_the_project_is_the_nearest_mlpipe_toml_above(nowhere: Path) -> None:
     (nowhere / "mlpipe.toml").write_text('experiment = "outer"\n')
     deep = nowhere / "src" / "pkg"

@@ -1,25 +1,15 @@
 """Projects in-process: init writes mlpipe.toml, commands find it from below, and a
 project without a feature store is ordinary (issue 21, item 1); --help and settings
-mistakes read as one line (item 6, issue 23 low)."""
+mistakes read as one line (item 6, issue 23 low). The whole life of a project without a
+feature store, on its real stores, is tests/integration/test_project_init.py."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_in_process as mlpipe
-
-
-@pytest.fixture
-def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A working directory in no project, with no MLPIPE_* variable set."""
-    for key in [k for k in os.environ if k.startswith("MLPIPE_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path.resolve()
 
 
 def test_a_command_outside_a_project_says_so_and_creates_nothing(
@@ -33,56 +23,6 @@ def test_a_command_outside_a_project_says_so_and_creates_nothing(
             f"no mlpipe.toml in {nowhere} or above it\n"
         )
     assert list(nowhere.iterdir()) == []
-
-
-def test_init_without_a_feature_store_then_doctor_from_a_subdirectory(
-    nowhere: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out, err = mlpipe(monkeypatch, capsys, "init", "--no-feature-store")
-    assert code == 0, err
-    assert f"project {nowhere}" in out
-    assert "feature_store = false" in (nowhere / "mlpipe.toml").read_text()
-    assert not (nowhere / "feature_repo").exists()
-    sub = nowhere / "notebooks" / "deep"
-    sub.mkdir(parents=True)
-    monkeypatch.chdir(sub)
-    code, out, err = mlpipe(monkeypatch, capsys, "doctor", "--json")
-    assert code == 0, err
-    checks = {c["store"]: c for c in json.loads(out)}
-    assert checks["feature store"] == {
-        "store": "feature store",
-        "location": "",
-        "ok": True,
-        "detail": "not configured",
-        "configured": False,
-    }
-    assert checks["registry"]["location"] == f"sqlite:///{nowhere}/.mlpipe/mlflow.db"
-    code, out, err = mlpipe(monkeypatch, capsys, "doctor")
-    assert code == 0
-    assert f"(config: {nowhere / 'mlpipe.toml'})" in out
-    assert "│ feature store  │" in out and "not configured" in out
-    # init from the subdirectory is the enclosing project's: no second stack
-    code, out, err = mlpipe(monkeypatch, capsys, "init")
-    assert code == 0
-    assert err == "nothing to do: the local stack is already initialized\n"
-    assert list(sub.iterdir()) == []
-    # the project has no feature store: feature commands say so in one line
-    code, out, err = mlpipe(monkeypatch, capsys, "features", "apply")
-    assert (code, out) == (2, "")
-    assert (
-        err == "error: this project has no feature store (feature_store = false in mlpipe.toml)\n"
-    )
-    # skew does not apply: one line, exit 2, nothing synced and no report written
-    warehouse_file = nowhere / ".mlpipe" / "warehouse.duckdb"
-    before = warehouse_file.stat().st_mtime_ns
-    code, out, err = mlpipe(monkeypatch, capsys, "monitor", "skew", "fraud")
-    assert (code, out) == (2, "")
-    assert err == (
-        "error: skew compares served features with the feature store, and this project has "
-        "none (feature_store = false in mlpipe.toml)\n"
-    )
-    assert not (nowhere / ".mlpipe" / "reports").exists()
-    assert warehouse_file.stat().st_mtime_ns == before
 
 
 def test_init_no_feature_store_on_a_project_that_has_one_changes_nothing(
