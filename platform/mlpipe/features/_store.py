@@ -81,10 +81,10 @@ def open_store(settings: Settings) -> FeatureStore:
     Raises :class:`NotFound` when that file (default ``feature_store.yaml``) is missing and
     :class:`InvalidInput` when Feast rejects it.
     """
+    if not settings.feature_store:  # said before Feast is imported (seconds)
+        raise NotFound("this project has no feature store (feature_store = false in mlpipe.toml)")
     from feast import FeatureStore
 
-    if not settings.feature_store:
-        raise NotFound("this project has no feature store (feature_store = false in mlpipe.toml)")
     repo = settings.feature_repo_path
     yaml_file = settings.feature_store_yaml_path
     if not yaml_file.is_file():
@@ -104,9 +104,9 @@ def apply(settings: Settings) -> AppliedRepo:
     a definition Feast rejects and :class:`StoreUnavailable` when the registry
     cannot be written.
     """
+    store = open_store(settings)
     from feast.repo_operations import extract_objects_for_apply_delete
 
-    store = open_store(settings)
     repo = _load_definitions(settings.feature_repo_path, store.project)
     try:
         with _quiet():
