@@ -67,6 +67,9 @@ def producer_config(
     return {
         "linger.ms": 2,
         "compression.type": "lz4",
+        # a broker that comes back is found within a second (librdkafka's default backs
+        # off to 10 s between tries, answering 503 that long after the broker is back)
+        "reconnect.backoff.max.ms": 1000,
         **(extra or {}),
         "bootstrap.servers": bootstrap,
         "client.id": client_id,

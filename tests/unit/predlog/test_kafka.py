@@ -24,6 +24,7 @@ def _record() -> PredictionRecord:
 def test_producer_is_durable_and_idempotent() -> None:
     config = producer_config("127.0.0.1:9092", "mlpipe-w1")
     assert config["acks"] == "all" and config["enable.idempotence"] is True
+    assert config["reconnect.backoff.max.ms"] == 1000  # a broker back is found within 1 s
 
 
 def test_settings_choose_the_sink(home, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
