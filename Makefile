@@ -36,11 +36,8 @@ docs: install
 # Three workers, one test file each at a time: much of the suite waits on real
 # servers and subprocesses starting, so on two cores a third file in flight fills
 # the waits (2 workers: 12 min 06 s; 3: 10 min 45 s, the same 281 passed).
-# Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE,
-# as on the development VM): each worker and each subprocess a test starts would
-# otherwise compile mlpipe and rewrite the test modules again (~11 s of CPU a worker).
 test: install lint typecheck docs
-	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n 3 --dist loadfile
+	$(BIN)/pytest -n 3 --dist loadfile
 
 # The wheel as a user gets it: build it, install it (--no-deps) in a fresh venv that borrows
 # this one's dependencies, and run init -> register -> deploy -> serve -> predict -> sync in an

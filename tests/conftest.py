@@ -28,6 +28,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MLPIPE = str(Path(sys.executable).parent / "mlpipe")
 
+# The suite caches bytecode even where the environment says not to (PYTHONDONTWRITEBYTECODE,
+# as on the development VM), in this process and every one a test starts: each xdist
+# worker and each subprocess compiled mlpipe and rewrote the test modules again
+# (~11 s of CPU a worker). The cache lands in the ignored __pycache__ directories.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # pyproject's [project.optional-dependencies] but `dev` (the test tools): for each extra,
 # the module each of its distributions installs (tests/unit/test_extras.py keeps it in step).
 EXTRAS: dict[str, dict[str, str]] = {
