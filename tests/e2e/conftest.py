@@ -103,15 +103,20 @@ class Server(ScoringProcess):
 
     @contextmanager
     def running(self) -> Iterator[Server]:
-        """Started; on exit stopped, and no process of its group left behind."""
+        """Started; on exit stopped, and no process of its group or under it left behind
+        (BentoML's workers run in sessions of their own, outside the group)."""
+        from mlpipe.serving._process_tree import descendants, is_running
+
         try:
             self.start()
             yield self
         finally:
+            tree = descendants(self.pid)  # read while the server lives
             self.stop()
             leftover = subprocess.run(
                 ["pgrep", "-g", str(self.pid)], capture_output=True, text=True
             ).stdout.split()
+            leftover += [str(p.pid) for p in tree if is_running(p)]
             assert not leftover, f"stray server processes: {leftover}"
 
 
