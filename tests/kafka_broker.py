@@ -18,8 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
+from mlpipe.config import Settings
+from mlpipe.predlog import PredictionRecord
 from mlpipe.serving import free_port
 
 SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "kafka" / "broker"
@@ -148,6 +151,30 @@ def sasl_config(user: str, password: str) -> dict[str, str]:
         "sasl.username": user,
         "sasl.password": password,
     }
+
+
+def kafka_record(i: int, tenant: str = "acme", **changes: object) -> PredictionRecord:
+    """Request ``r{i}``'s log row (customer ``i``), with ``changes``."""
+    record = PredictionRecord(
+        request_id=f"r{i}", ts=time.time(), tenant=tenant, model="fraud", version="1",
+        arm="champion", generation=1, entity_key=f"customer_id={i}", entity={"customer_id": i},
+        features={"amount": float(i)}, score=0.25, label=0, latency_ms=1.0,
+    )  # fmt: skip
+    return msgspec.structs.replace(record, **changes)
+
+
+def kafka_settings(home: Path, broker: Broker, topic: str, **predlog: object) -> Settings:
+    """A project in ``home`` whose prediction log is ``topic`` on ``broker`` (3-s acks)."""
+    return Settings(
+        home=home,
+        predlog={
+            "sink": "kafka",
+            "kafka_bootstrap": broker.bootstrap,
+            "kafka_topic": topic,
+            "kafka_timeout_s": 3.0,
+            **predlog,
+        },
+    )
 
 
 @contextmanager

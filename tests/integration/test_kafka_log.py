@@ -31,7 +31,7 @@ from mlpipe.predlog._kafka import TENANT_HEADER, KafkaSink
 from mlpipe.serving import free_port
 from tests.integration.kafka_sync_worker import POINTS
 from tests.integration.prod_services import either_warehouse  # noqa: F401 - `settings`
-from tests.kafka_broker import Broker, kafka_broker
+from tests.kafka_broker import Broker, kafka_broker, kafka_record, kafka_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -42,28 +42,6 @@ REPO = Path(__file__).resolve().parents[2]
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     with kafka_broker(tmp_path_factory.mktemp("kafka")) as b:
         yield b
-
-
-def _record(i: int, tenant: str = "acme", **changes: object) -> PredictionRecord:
-    record = PredictionRecord(
-        request_id=f"r{i}", ts=time.time(), tenant=tenant, model="fraud", version="1",
-        arm="champion", generation=1, entity_key=f"customer_id={i}", entity={"customer_id": i},
-        features={"amount": float(i)}, score=0.25, label=0, latency_ms=1.0,
-    )  # fmt: skip
-    return msgspec.structs.replace(record, **changes)
-
-
-def _settings(home: Path, broker: Broker, topic: str, **predlog: object) -> Settings:
-    return Settings(
-        home=home,
-        predlog={
-            "sink": "kafka",
-            "kafka_bootstrap": broker.bootstrap,
-            "kafka_topic": topic,
-            "kafka_timeout_s": 3.0,
-            **predlog,
-        },
-    )
 
 
 def _env(home: Path, broker: Broker, topic: str) -> dict[str, str]:
@@ -94,7 +72,7 @@ def test_an_acknowledged_batch_is_in_the_topic_keyed_and_headed_by_tenant(
     topic = _topic()
     broker.create_topic(topic)
     sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
-    sink.append([_record(i, tenant) for i in range(50) for tenant in ("acme", "globex")])
+    sink.append([kafka_record(i, tenant) for i in range(50) for tenant in ("acme", "globex")])
     messages = broker.consume_all(topic, 100)
     assert len(messages) == 100
     by_tenant: dict[str, set[int]] = {}
@@ -134,16 +112,16 @@ def test_broker_down_refuses_the_batch_in_time_then_recovers_without_a_restart(
     with kafka_broker(tmp_path / "kafka") as own:
         topic = _topic()
         own.create_topic(topic)
-        settings = _settings(tmp_path / "home", own, topic)
+        settings = kafka_settings(tmp_path / "home", own, topic)
         sink = KafkaSink(own.bootstrap, topic, "w1", timeout_s=2.0)
-        sink.append([_record(1)])
+        sink.append([kafka_record(1)])
         own.stop()
         started = time.monotonic()
         with pytest.raises(StoreUnavailable, match="did not take the batch within 2s"):
-            sink.append([_record(2), _record(3)])
+            sink.append([kafka_record(2), kafka_record(3)])
         assert time.monotonic() - started < 2.0 + 2.0
         own.start()
-        back = _recovers(lambda i: sink.append([_record(i)]))  # the same producer: no restart
+        back = _recovers(lambda i: sink.append([kafka_record(i)]))  # the same producer: no restart
         sink.close()
         warehouse.sync(settings)
         logged = {r[0] for r in _rows(settings)}
@@ -160,8 +138,10 @@ def test_a_group_answers_only_the_batch_with_a_refused_record_and_logs_the_rest(
     topic = _topic()
     broker.create_topic(topic)
     sink = KafkaSink(broker.bootstrap, topic, "w1", 5.0, extra={"message.max.bytes": "2000"})
-    big = _record(90, features={"amount": 1.0, "blob": "x" * 4000})
-    outcomes = sink.append_groups([[_record(1), _record(2)], [big, _record(91)], [_record(3)]])
+    big = kafka_record(90, features={"amount": 1.0, "blob": "x" * 4000})
+    outcomes = sink.append_groups(
+        [[kafka_record(1), kafka_record(2)], [big, kafka_record(91)], [kafka_record(3)]]
+    )
     assert outcomes[0] is None and outcomes[2] is None
     assert isinstance(outcomes[1], StoreUnavailable)
     assert "the producer refused a record" in str(outcomes[1])
@@ -179,14 +159,14 @@ def test_a_group_through_the_committer_is_refused_while_the_broker_is_down(
         topic = _topic()
         own.create_topic(topic)
         committer = GroupCommitter(KafkaSink(own.bootstrap, topic, "w1", timeout_s=2.0))
-        assert committer.submit([_record(1)]).result(10) is None
+        assert committer.submit([kafka_record(1)]).result(10) is None
         own.stop()
-        futures = [committer.submit([_record(i)]) for i in (2, 3, 4)]
+        futures = [committer.submit([kafka_record(i)]) for i in (2, 3, 4)]
         for f in futures:
             with pytest.raises(StoreUnavailable, match="did not take the batch within 2s"):
                 f.result(10)
         own.start()
-        back = _recovers(lambda i: committer.submit([_record(i)]).result(10))
+        back = _recovers(lambda i: committer.submit([kafka_record(i)]).result(10))
         committer.close()
         ids = {json.loads(m.value())["request_id"] for m in own.consume_all(topic, 2)}
         assert {"r1", back} <= ids and not ids & {"r2", "r3", "r4"}
@@ -199,7 +179,7 @@ def test_sync_killed_at_any_point_then_rerun_loads_every_record_exactly_once(
     topic = _topic()
     broker.create_topic(topic, partitions=2)
     sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
-    sink.append([_record(i, tenant) for i in range(300) for tenant in ("acme", "globex")])
+    sink.append([kafka_record(i, tenant) for i in range(300) for tenant in ("acme", "globex")])
     settings = settings.model_copy(
         update={
             "predlog": settings.predlog.model_copy(
@@ -240,19 +220,19 @@ def test_records_that_cannot_be_loaded_are_quarantined_with_partition_and_offset
 
     topic = _topic()
     broker.create_topic(topic, partitions=1)
-    settings = _settings(tmp_path, broker, topic)
+    settings = kafka_settings(tmp_path, broker, topic)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     good = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
-    good.append([_record(0)])
+    good.append([kafka_record(0)])
     producer.produce(topic, b"not json at all")  # offset 1
     producer.produce(topic, b'{"request_id": "r9"}')  # offset 2: a record missing its fields
-    impostor = _record(3, tenant="acme")
+    impostor = kafka_record(3, tenant="acme")
     producer.produce(  # offset 3: the body says acme, the header another tenant
         topic, msgspec_json(impostor), headers=[(TENANT_HEADER, b"globex")]
     )
-    producer.produce(topic, msgspec_json(_record(4, request_id="r\x004")))  # offset 4: NUL
+    producer.produce(topic, msgspec_json(kafka_record(4, request_id="r\x004")))  # offset 4: NUL
     producer.flush(10)
-    good.append([_record(5)])  # offset 5
+    good.append([kafka_record(5)])  # offset 5
     result = warehouse.sync(settings)
     assert sorted(r[0] for r in _rows(settings)) == ["r0", "r5"]
     assert [r[2] for r in sorted(_rows(settings))] == [f"kafka:{topic}/0@0", f"kafka:{topic}/0@5"]
@@ -281,14 +261,14 @@ def test_a_record_that_starts_like_json_is_quarantined_and_the_batch_loaded(
     topic = _topic()
     broker.create_topic(topic, partitions=1)
     settings = settings.model_copy(
-        update={"predlog": _settings(settings.home, broker, topic).predlog}
+        update={"predlog": kafka_settings(settings.home, broker, topic).predlog}
     )
     sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
-    sink.append([_record(0), _record(1)])
+    sink.append([kafka_record(0), kafka_record(1)])
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     producer.produce(topic, b'{"request_id": "r2", not json')  # offset 2
     producer.flush(10)
-    sink.append([_record(3)])
+    sink.append([kafka_record(3)])
     result = warehouse.sync(settings)
     assert sorted(r[0] for r in _rows(settings)) == ["r0", "r1", "r3"]
     assert [(s.segment, s.line) for s in result.skipped] == [(f"kafka:{topic}/0", 2)]
@@ -305,8 +285,10 @@ def test_a_batch_whose_partition_moved_is_rolled_back_and_read_again(
 
     topic = _topic()
     broker.create_topic(topic, partitions=1)
-    settings = _settings(tmp_path, broker, topic, kafka_sync_batch=50)
-    KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0).append([_record(i) for i in range(300)])
+    settings = kafka_settings(tmp_path, broker, topic, kafka_sync_batch=50)
+    KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0).append(
+        [kafka_record(i) for i in range(300)]
+    )
     advance, calls = _kafka._advance, [0]
 
     def moved_once(*args: Any) -> None:
@@ -328,14 +310,14 @@ def test_records_read_again_add_nothing_and_count_as_duplicates(
     topic = _topic()
     broker.create_topic(topic, partitions=2)
     settings = settings.model_copy(
-        update={"predlog": _settings(settings.home, broker, topic).predlog}
+        update={"predlog": kafka_settings(settings.home, broker, topic).predlog}
     )
     sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
-    sink.append([_record(i, tenant) for i in range(50) for tenant in ("acme", "globex")])
+    sink.append([kafka_record(i, tenant) for i in range(50) for tenant in ("acme", "globex")])
     assert warehouse.sync(settings).rows_loaded == 100
     with warehouse.write(settings) as conn:  # the positions lost: every record read again
         conn.execute(sa.text("DELETE FROM kafka_offsets"))
-    sink.append([_record(50)])
+    sink.append([kafka_record(50)])
     again = warehouse.sync(settings)
     assert (again.rows_read, again.rows_loaded, again.reused_ids) == (101, 1, 0)
     assert again.duplicates == 100 and len(_rows(settings)) == 101
@@ -346,10 +328,10 @@ def test_a_reused_request_id_is_counted_not_silently_dropped(
 ) -> None:
     topic = _topic()
     broker.create_topic(topic, partitions=1)
-    settings = _settings(tmp_path, broker, topic)
+    settings = kafka_settings(tmp_path, broker, topic)
     sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
-    sink.append([_record(1, ts=1_800_000_000.0), _record(2)])
-    sink.append([_record(1, ts=1_800_000_100.0)])  # the client sent request id r1 again
+    sink.append([kafka_record(1, ts=1_800_000_000.0), kafka_record(2)])
+    sink.append([kafka_record(1, ts=1_800_000_100.0)])  # the client sent request id r1 again
     result = warehouse.sync(settings)
     assert result.rows_loaded == 2 and result.reused_ids == 1
     assert sorted(r[0] for r in _rows(settings)) == ["r1", "r2"]
@@ -360,9 +342,9 @@ def test_lag_is_reported_per_partition_by_sync_and_doctor(broker: Broker, tmp_pa
 
     topic = _topic()
     broker.create_topic(topic, partitions=2)
-    settings = _settings(tmp_path, broker, topic)
+    settings = kafka_settings(tmp_path, broker, topic)
     KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0).append(
-        [_record(i, "acme") for i in range(7)]
+        [kafka_record(i, "acme") for i in range(7)]
     )
     lag = warehouse.topic_lag(settings)
     assert sorted(p.lag for p in lag) == [0, 7] and all(p.loaded == 0 for p in lag)
@@ -383,15 +365,15 @@ def test_lag_is_reported_per_partition_by_sync_and_doctor(broker: Broker, tmp_pa
 def test_a_partition_added_to_the_topic_is_consumed(broker: Broker, tmp_path: Path) -> None:
     topic = _topic()
     broker.create_topic(topic, partitions=1)
-    settings = _settings(tmp_path, broker, topic)
+    settings = kafka_settings(tmp_path, broker, topic)
     sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
-    sink.append([_record(0)])
+    sink.append([kafka_record(0)])
     assert warehouse.sync(settings).rows_loaded == 1
     broker.add_partitions(topic, 2)
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": broker.bootstrap})
-    producer.produce(topic, msgspec_json(_record(1)), partition=1)
+    producer.produce(topic, msgspec_json(kafka_record(1)), partition=1)
     assert producer.flush(10) == 0
     result = warehouse.sync(settings)
     assert result.rows_loaded == 1
@@ -402,7 +384,7 @@ def test_a_broker_restart_under_load_loses_no_acknowledged_record(tmp_path: Path
     with kafka_broker(tmp_path / "kafka") as own:
         topic = _topic()
         own.create_topic(topic)
-        settings = _settings(tmp_path / "home", own, topic)
+        settings = kafka_settings(tmp_path / "home", own, topic)
         acked: list[str] = []
         refused = [0]
         stop = threading.Event()
@@ -411,7 +393,7 @@ def test_a_broker_restart_under_load_loses_no_acknowledged_record(tmp_path: Path
             sink = KafkaSink(own.bootstrap, topic, f"w{worker}", timeout_s=2.0)
             n = 0
             while not stop.is_set():
-                batch = [_record(0, request_id=f"w{worker}-{n + i}") for i in range(8)]
+                batch = [kafka_record(0, request_id=f"w{worker}-{n + i}") for i in range(8)]
                 n += 8
                 try:
                     sink.append(batch)
@@ -442,7 +424,7 @@ def test_follow_loads_records_as_they_arrive_and_stops_on_sigterm(
 ) -> None:
     topic = _topic()
     broker.create_topic(topic, partitions=2)
-    settings = _settings(tmp_path, broker, topic)
+    settings = kafka_settings(tmp_path, broker, topic)
     env = {**os.environ, **_env(tmp_path, broker, topic)}
     mlpipe = str(Path(sys.executable).parent / "mlpipe")
     metrics_port = free_port()
@@ -454,7 +436,7 @@ def test_follow_loads_records_as_they_arrive_and_stops_on_sigterm(
     try:
         sink = KafkaSink(broker.bootstrap, topic, "w1", timeout_s=5.0)
         for round_ in range(3):
-            sink.append([_record(round_ * 10 + i, "acme") for i in range(10)])
+            sink.append([kafka_record(round_ * 10 + i, "acme") for i in range(10)])
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 time.sleep(0.3)

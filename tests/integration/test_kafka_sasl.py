@@ -20,9 +20,8 @@ import sqlalchemy as sa
 from mlpipe import warehouse
 from mlpipe.config import Settings
 from mlpipe.errors import StoreUnavailable
-from mlpipe.predlog import PredictionRecord
 from mlpipe.predlog._kafka import KafkaSink
-from tests.kafka_broker import Broker, kafka_broker, sasl_config
+from tests.kafka_broker import Broker, kafka_broker, kafka_record, kafka_settings, sasl_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -36,26 +35,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         yield b
 
 
-def _record(i: int) -> PredictionRecord:
-    return PredictionRecord(
-        request_id=f"r{i}", ts=time.time(), tenant="acme", model="fraud", version="1",
-        arm="champion", generation=1, entity_key=f"customer_id={i}", entity={"customer_id": i},
-        features={"amount": float(i)}, score=0.25, label=0, latency_ms=1.0,
-    )  # fmt: skip
-
-
-def _settings(home: Path, broker: Broker, topic: str, login: dict[str, str]) -> Settings:
-    return Settings(
-        home=home,
-        predlog={
-            "sink": "kafka",
-            "kafka_bootstrap": broker.bootstrap,
-            "kafka_topic": topic,
-            "kafka_config": login,
-        },
-    )
-
-
 def _count(settings: Settings, table: str) -> int:
     with warehouse.read(settings) as conn:
         return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
@@ -64,9 +43,9 @@ def _count(settings: Settings, table: str) -> int:
 def test_with_the_login_records_are_logged_and_synced(broker: Broker, tmp_path: Path) -> None:
     topic = f"sasl-{uuid.uuid4().hex[:8]}"
     KafkaSink(broker.bootstrap, topic, "w1", 5.0, broker.client_config).append(
-        [_record(i) for i in range(3)]
+        [kafka_record(i) for i in range(3)]
     )
-    settings = _settings(tmp_path, broker, topic, broker.client_config)
+    settings = kafka_settings(tmp_path, broker, topic, kafka_config=broker.client_config)
     result = warehouse.sync(settings)
     assert result.rows_loaded == 3
     assert _count(settings, "predictions") == 3
@@ -79,7 +58,7 @@ def test_a_wrong_password_refuses_the_batch_naming_the_failed_login(
     sink = KafkaSink(broker.bootstrap, topic, "w1", 3.0, WRONG)
     started = time.monotonic()
     with pytest.raises(StoreUnavailable) as refused:
-        sink.append([_record(1)])
+        sink.append([kafka_record(1)])
     assert time.monotonic() - started < 3.0 + 2.0  # within kafka_timeout_s (+1 s to flush)
     message = str(refused.value)
     assert f"prediction log on Kafka topic {topic!r} did not take the batch within 3s" in message
@@ -91,21 +70,21 @@ def test_a_wrong_password_refuses_the_batch_naming_the_failed_login(
 def test_without_the_login_the_refusal_says_the_broker_was_not_reached(broker: Broker) -> None:
     sink = KafkaSink(broker.bootstrap, f"sasl-{uuid.uuid4().hex[:8]}", "w1", 2.0)
     with pytest.raises(StoreUnavailable, match="Kafka reported: .*brokers are down"):
-        sink.append([_record(1)])
+        sink.append([kafka_record(1)])
 
 
 def test_sync_with_a_wrong_password_names_the_login_and_changes_nothing(
     broker: Broker, tmp_path: Path
 ) -> None:
     topic = f"sasl-{uuid.uuid4().hex[:8]}"
-    KafkaSink(broker.bootstrap, topic, "w1", 5.0, broker.client_config).append([_record(1)])
-    good = _settings(tmp_path, broker, topic, broker.client_config)
+    KafkaSink(broker.bootstrap, topic, "w1", 5.0, broker.client_config).append([kafka_record(1)])
+    good = kafka_settings(tmp_path, broker, topic, kafka_config=broker.client_config)
     warehouse.sync(good)  # the warehouse exists, one row in
     before = (_count(good, "predictions"), _count(good, "kafka_offsets"))
-    KafkaSink(broker.bootstrap, topic, "w1", 5.0, broker.client_config).append([_record(2)])
+    KafkaSink(broker.bootstrap, topic, "w1", 5.0, broker.client_config).append([kafka_record(2)])
 
     with pytest.raises(StoreUnavailable) as refused:
-        warehouse.sync(_settings(tmp_path, broker, topic, WRONG))
+        warehouse.sync(kafka_settings(tmp_path, broker, topic, kafka_config=WRONG))
     message = str(refused.value)
     assert message.startswith(f"Kafka at {broker.bootstrap} unreachable:")
     assert "Kafka reported:" in message and "Authentication failed" in message

@@ -8,7 +8,6 @@ pickle's ``__reduce__`` writes a marker file: a refusal must leave it unwritten.
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import pytest
@@ -16,25 +15,10 @@ import pytest
 from mlpipe import registry
 from mlpipe.config import load_settings
 from tests.conftest import run_cli, train_toy_model
+from tests.planted_pickle import plant
 
 pytestmark = pytest.mark.integration
 GATE = "MLFLOW_ALLOW_PICKLE_DESERIALIZATION"
-
-
-class Planted:
-    """Unpickling it writes ``marker`` (as a hostile model's ``__reduce__`` would run code)."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (Path.write_text, (self.marker, "ran"))
-
-
-def _plant(path: Path, marker: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(Planted(marker)))
-    return path
 
 
 def _refused(result, marker: Path, message: str) -> None:  # type: ignore[no-untyped-def]
@@ -48,7 +32,7 @@ def _refused(result, marker: Path, message: str) -> None:  # type: ignore[no-unt
 def test_a_named_file_is_refused_when_mlflows_gate_is_false(home: Path) -> None:
     marker = home / "ran.txt"
     _, data = train_toy_model(home / "in")
-    planted = _plant(home / "model.joblib", marker)
+    planted = plant(home / "model.joblib", marker)
     for value in ("false", "False", "0"):
         result = run_cli(
             "register", "fraud", "--model", str(planted), "--dataset", str(data),
@@ -64,7 +48,7 @@ def test_a_named_file_is_refused_when_mlflows_gate_is_false(home: Path) -> None:
 def test_an_mlflow_directory_needs_trust_pickle(home: Path) -> None:
     marker = home / "ran.txt"
     _, data = train_toy_model(home / "in")
-    _plant(home / "mlflow-model" / "model.pkl", marker)
+    plant(home / "mlflow-model" / "model.pkl", marker)
     argv = ["register", "fraud", "--model", str(home / "mlflow-model"), "--dataset", str(data)]
     result = run_cli(*argv, cwd=home)
     where = home / "mlflow-model"
@@ -86,7 +70,7 @@ def test_a_run_artifact_needs_trust_pickle(home: Path) -> None:
     client(settings)
     mlflow.set_experiment(settings.experiment)
     with mlflow.start_run() as run:
-        mlflow.log_artifact(str(_plant(home / "art" / "model.pkl", marker)), artifact_path="model")
+        mlflow.log_artifact(str(plant(home / "art" / "model.pkl", marker)), artifact_path="model")
     result = run_cli(
         "register", "fraud", "--run", run.info.run_id, "--dataset", str(data), cwd=home
     )

@@ -3,7 +3,6 @@ and the one-line refusals (tests/integration/test_register_pickle.py runs the CL
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import joblib
@@ -13,22 +12,7 @@ from sklearn.linear_model import LogisticRegression
 
 from mlpipe.errors import InvalidInput, NotFound
 from mlpipe.registry._candidate import PICKLE_GATE, read_candidate
-
-
-class Planted:
-    """Unpickling it writes ``marker`` (as a hostile model's ``__reduce__`` would run code)."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (Path.write_text, (self.marker, "ran"))
-
-
-def _plant(path: Path, marker: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(Planted(marker)))
-    return path
+from tests.planted_pickle import plant
 
 
 def _classifier() -> LogisticRegression:
@@ -60,7 +44,7 @@ def test_mlflow_s_gate_refuses_even_a_named_pickle(
 ) -> None:
     monkeypatch.setenv(PICKLE_GATE, value)
     marker = tmp_path / "ran.txt"
-    planted = _plant(tmp_path / "model.joblib", marker)
+    planted = plant(tmp_path / "model.joblib", marker)
     with pytest.raises(InvalidInput) as raised:
         read_candidate(planted, trust_pickle=True)
     assert str(raised.value).startswith(
@@ -71,7 +55,7 @@ def test_mlflow_s_gate_refuses_even_a_named_pickle(
 
 def test_a_pickle_in_an_mlflow_directory_needs_trust(tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
-    _plant(tmp_path / "mlflow-model" / "model.pkl", marker)
+    plant(tmp_path / "mlflow-model" / "model.pkl", marker)
     with pytest.raises(InvalidInput) as raised:
         read_candidate(tmp_path / "mlflow-model")
     assert str(raised.value) == (
@@ -90,7 +74,7 @@ def test_a_trusted_pickle_in_an_mlflow_directory_is_read(tmp_path: Path) -> None
 
 def test_a_file_from_elsewhere_is_refused_naming_its_source(tmp_path: Path) -> None:
     marker = tmp_path / "ran.txt"
-    planted = _plant(tmp_path / "dl" / "model.pkl", marker)
+    planted = plant(tmp_path / "dl" / "model.pkl", marker)
     with pytest.raises(InvalidInput, match=r"^run abc123 holds a pickle \(model\.pkl\), which"):
         read_candidate(planted, source="run abc123")
     assert not marker.exists()

@@ -7,7 +7,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from mlpipe.config import Settings
@@ -15,6 +14,7 @@ from mlpipe.errors import IntegrityError, NotFound
 from mlpipe.registry import client, tag_names
 from mlpipe.registry._derived import lineage_tags, load_parent
 from mlpipe.registry._lineage import tree_sha256
+from tests.unit.registry.boosters import booster_dir
 
 TRAINING = {
     tag_names.DATA_SHA256: "d" * 64,
@@ -26,24 +26,12 @@ TRAINING = {
 }
 
 
-def _booster_dir(root: Path) -> Path:
-    import lightgbm
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(80, 2))
-    data = lightgbm.Dataset(x, (x[:, 0] > 0).astype(int), feature_name=["a", "b"])
-    params = {"objective": "binary", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5}
-    root.mkdir(parents=True)
-    lightgbm.train(params, data, num_boost_round=2).save_model(str(root / "model.lgb"))
-    return root
-
-
 @pytest.fixture
 def store(home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """``fraud`` v1 and v2, the same Booster, v2 with its training lineage and more tags."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     settings = Settings(home=home, registry_uri=(home / "mlruns").as_uri())
-    artifact = _booster_dir(home / "artifact")
+    artifact = booster_dir(home / "artifact", ["a", "b"])
     storage = {tag_names.FLAVOR: "lightgbm", tag_names.ARTIFACT_SHA256: tree_sha256(artifact)}
     c = client(settings)
     c.create_registered_model("fraud")

@@ -14,21 +14,9 @@ from mlpipe.config import Settings
 from mlpipe.errors import IntegrityError, NotFound, StoreUnavailable
 from mlpipe.registry import client, load_reference, load_verified, tag_names
 from mlpipe.registry._lineage import tree_sha256
+from tests.unit.registry.boosters import booster_dir
 
 FEATURES = ["amount", "txn_count_7d"]
-
-
-def _booster_dir(root: Path) -> Path:
-    import lightgbm
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(80, 2))
-    data = lightgbm.Dataset(x, (x[:, 0] > 0).astype(int), feature_name=FEATURES)
-    params = {"objective": "binary", "verbose": -1, "num_threads": 1, "min_data_in_leaf": 5}
-    booster = lightgbm.train(params, data, num_boost_round=2)
-    root.mkdir(parents=True)
-    booster.save_model(str(root / "model.lgb"))
-    return root
 
 
 @pytest.fixture
@@ -36,7 +24,7 @@ def store(home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     """``fraud`` v1: a LightGBM Booster with its sha256, features, threshold and task tags."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     settings = Settings(home=home, registry_uri=(home / "mlruns").as_uri())
-    artifact = _booster_dir(home / "artifact")
+    artifact = booster_dir(home / "artifact", FEATURES)
     c = client(settings)
     c.create_registered_model("fraud")
     tags = {
