@@ -31,7 +31,7 @@ factory, subclassed), so nothing of BentoML's is replaced for anyone else.
   after importing the service, with uvicorn's httptools protocol, which bounds
   neither a request head's size nor its time; the worker gets
   :class:`~mlpipe.serving._header_guard.HeadGuard` instead (issue 23, item 4;
-  decision 025). The one global replacement left: BentoML's worker takes no
+  decision 025). The one global replacement this module still makes: BentoML's worker takes no
   protocol and gives its app no way to reach the config (decision 037).
 
 This module imports bentoml (seconds); :mod:`mlpipe.serving` loads it only when

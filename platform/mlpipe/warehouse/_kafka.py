@@ -84,6 +84,14 @@ class PartitionLag:
         return cls(topic, partition, loaded, start, end, lag, max(0, min(start, end) - loaded))
 
 
+def _consumer(settings: Settings) -> tuple[Any, ClientErrors]:
+    """A consumer (:func:`consumer_config`) and the client errors librdkafka reports to it."""
+    from confluent_kafka import Consumer
+
+    errors = ClientErrors()
+    return Consumer({**consumer_config(settings), "error_cb": errors}), errors
+
+
 def _topic_metadata(consumer: Any, errors: ClientErrors, topic: str) -> Any:
     """``topic``'s metadata, asked for in 1-s tries for up to ``_METADATA_TIMEOUT_S``;
     a refused login ends the tries at once (no retry can fix a wrong password)."""
@@ -527,15 +535,13 @@ class TopicReader:
     """
 
     def __init__(self, settings: Settings, notify: _engine.Notify | None = None) -> None:
-        from confluent_kafka import Consumer
 
         self.settings = settings
         self.topic = settings.predlog.kafka_topic
         self.notify = notify
         self.dialect = _dialects.dialect_for(settings.warehouse)
         self.positions: dict[int, int | None] = {}  # assigned partition -> warehouse position
-        self._errors = ClientErrors()
-        self._consumer = Consumer({**consumer_config(settings), "error_cb": self._errors})
+        self._consumer, self._errors = _consumer(settings)
         self._held: Connection | None = None
 
     @contextmanager
@@ -768,11 +774,10 @@ def topic_lag(settings: Settings) -> list[PartitionLag]:
     Raises :class:`StoreUnavailable` when the broker cannot be reached. A topic
     that does not exist yet has no partitions (an empty list).
     """
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
     topic = settings.predlog.kafka_topic
-    errors = ClientErrors()
-    consumer = Consumer({**consumer_config(settings), "error_cb": errors})
+    consumer, errors = _consumer(settings)
     try:
         try:
             meta = _topic_metadata(consumer, errors, topic)
