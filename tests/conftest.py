@@ -73,29 +73,45 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
-# The files that take a minute or more of a worker, longest first. `make test` runs
-# `--dist loadfile`, which hands files to workers in collection order: these go first, so
-# that no long file starts late and runs alone at the end while the other workers idle
-# (longest-processing-time first; the tail was ~2.5 of 16.5 minutes, test_wheel.py last).
-# The order is the per-file sums of a full run's junit times (2026-12-06, `-n 3` on the
-# shared 2-core box), less what the tests' own changes since then cut.
+# The files that take 20 s or more of a worker, longest first. `make test` runs
+# `--dist loadfile --no-loadscope-reorder`, which hands files to workers in collection
+# order: these go first (longest-processing-time first), the many short files after
+# them fill the gaps, and no long file starts late and runs alone while the other
+# workers idle. xdist's default order (most tests first) sent the one-test files
+# (test_kafka_gateways.py, test_prod_loop.py) out last: a tail of 70-80 s.
+# The order is the per-file sums of two full runs' junit times (2026-12-06, `-n 3` on
+# the 2-core box: `pytest -n 3 --dist loadfile --junitxml=run.xml`).
 LONGEST_FIRST = (
     "tests/integration/test_wheel.py",
-    "tests/integration/test_rollout_signals.py",
-    "tests/integration/test_cli_loop.py",
-    "tests/integration/test_nn.py",
-    "tests/e2e/test_fuzz.py",
-    "tests/integration/test_registry_outage.py",
-    "tests/e2e/test_drain.py",
-    "tests/integration/test_register_concurrency.py",
-    "tests/integration/test_prod_registry.py",
-    "tests/integration/test_formats.py",
-    "tests/integration/test_monitoring_battery.py",
-    "tests/integration/test_monitoring_verdict_page.py",
-    "tests/integration/test_register_pickle.py",
+    "tests/integration/test_kafka_log.py",
     "tests/integration/test_kafka_gateways.py",
-    "tests/integration/test_prod_loop.py",
+    "tests/integration/test_prod_registry.py",
+    "tests/integration/test_registry_outage.py",
+    "tests/integration/test_task_types.py",
+    "tests/integration/test_register_concurrency.py",
+    "tests/integration/test_monitoring_battery.py",
+    "tests/e2e/test_drain.py",
+    "tests/e2e/test_fuzz.py",
+    "tests/integration/test_monitoring_drift.py",
+    "tests/e2e/test_serving.py",
+    "tests/integration/test_register_pickle.py",
     "tests/e2e/test_demo_loop.py",
+    "tests/integration/test_nn.py",
+    "tests/e2e/test_overload.py",
+    "tests/integration/test_prod_loop.py",
+    "tests/e2e/test_hardening_edge.py",
+    "tests/integration/test_monitoring_verdict_page.py",
+    "tests/integration/test_rollout_signals.py",
+    "tests/integration/test_monitoring_tasks.py",
+    "tests/integration/test_prod_gateways.py",
+    "tests/e2e/test_auth_limits.py",
+    "tests/integration/test_warehouse_sync.py",
+    "tests/integration/test_kafka_sasl.py",
+    "tests/e2e/test_unloadable_model.py",
+    "tests/e2e/test_task_serving.py",
+    "tests/integration/test_string_inputs.py",
+    "tests/integration/test_formats.py",
+    "tests/integration/test_warehouse_tasks.py",
 )
 
 
