@@ -33,14 +33,15 @@ typecheck: install
 docs: install
 	$(BIN)/mkdocs build --strict --site-dir build/site
 
-# Three workers, one test file each at a time: much of the suite waits on real
-# servers and subprocesses starting, so on two cores a third file in flight fills
-# the waits (2 workers: 12 min 06 s; 3: 10 min 45 s, the same 281 passed).
+# Four workers, one test file each at a time: much of the suite waits on real
+# servers, brokers and subprocesses, so on two cores more files in flight fill the
+# waits (1,560 tests, pytest's own time: -n 3 12:54-13:36 over three runs, CPU 164-173 %;
+# -n 4 12:35, CPU 180 %).
 # --no-loadscope-reorder: files go out in the order tests/conftest.py gives them
 # (longest first), not xdist's default of most tests first, which sent the slow
-# one-test files out last (a tail of 70-80 s on one worker while two idled).
+# one-test files out last (a tail of 70-80 s on one worker while the others idled).
 test: install lint typecheck docs
-	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder
 
 # The wheel as a user gets it: build it, install it (--no-deps) in a fresh venv that borrows
 # this one's dependencies, and run init -> register -> deploy -> serve -> predict -> sync in an

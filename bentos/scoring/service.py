@@ -19,7 +19,6 @@ import bentoml
 from starlette.exceptions import HTTPException
 
 from mlpipe.config import load_settings
-from mlpipe.features import skip_feast_type_checks
 from mlpipe.serving import (
     Admission,
     Batcher,
@@ -39,9 +38,6 @@ from mlpipe.serving import (
 settings = load_settings()
 _s = settings.serving
 
-# Before the runtime imports Feast: its type checks cost seconds of every worker's start-up
-# (decision 011).
-skip_feast_type_checks()
 # Request heads bounded in size and time before they are parsed (decision 025).
 guard_request_heads(_s.max_header_bytes, _s.header_timeout_s)
 
@@ -66,6 +62,10 @@ runtime = RuntimeSlot()
     # Tracing off: the middleware's span bookkeeping was ~10 % of a worker's CPU (decision 013).
     tracing={} if _s.tracing else {"excluded_urls": [".*"]},
     endpoints={"livez": "/livez", "readyz": "/readyz"},
+    # Workers run optimized, where typeguard's decorator is a no-op by design: Feast's
+    # run-time type checks cost ~2.6 s of every worker's start (decisions 011, 038). BentoML
+    # gives the workers this variable unless the environment sets it (PYTHONOPTIMIZE=0: on).
+    envs=[{"name": "PYTHONOPTIMIZE", "value": "1"}],
     # The app inside the front door, with mlpipe's Deadline and route-labelled metrics in the
     # places of BentoML's timeout and traffic-metrics middleware (decisions 006, 009, 037).
     service_class=scoring_service_class(front_door(settings, admission, runtime), batcher),

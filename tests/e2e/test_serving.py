@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -43,6 +44,21 @@ def test_health_and_contract(stack: Any) -> None:
     assert 0 <= data["score"] <= 1 and data["label"] in (0, 1)
     # serving.tracing is off by default: BentoML's tracing middleware made no span
     assert "x-bentoml-request-id" not in r.headers
+
+
+def test_the_worker_runs_optimized_and_the_server_does_not(stack: Any) -> None:
+    """The service's ``envs`` reach the worker, where typeguard (Feast's type checks) is a
+    no-op (decision 038); the arbiter, and so any process that is not a worker, is not."""
+    from mlpipe.serving._process_tree import descendants
+
+    def optimize(pid: int) -> str | None:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        found = [v for v in environ if v.startswith(b"PYTHONOPTIMIZE=")]
+        return found[0].decode().partition("=")[2] if found else None
+
+    workers = [p.pid for p in descendants(stack.server.pid)]
+    assert workers and {optimize(pid) for pid in workers} == {"1"}
+    assert optimize(stack.server.pid) is None
 
 
 @pytest.mark.parametrize(

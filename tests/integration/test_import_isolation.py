@@ -1,7 +1,7 @@
 """What a fresh interpreter imports, and how: each probe runs in a child ``python``.
 
-- The scoring service imports Feast without typeguard's checks; nothing else does
-  (``mlpipe.features.skip_feast_type_checks``).
+- A serving worker, which runs optimized (the service's ``PYTHONOPTIMIZE``, decision
+  038), imports Feast without typeguard's checks; every other process keeps them.
 - skops is imported without PyTorch, and trusts the same types as when PyTorch is
   imported (``mlpipe.registry._sklearn_flavor``).
 
@@ -11,6 +11,7 @@ Feast or scikit-learn's estimators costs seconds, and import order is what they 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -19,11 +20,10 @@ import pytest
 from tests.conftest import REPO
 
 _FEAST_PROBE = """
-from mlpipe.features import skip_feast_type_checks
-assert skip_feast_type_checks()
 from feast import Field
+from feast.types import Float32
 assert "TypeCheckMemo" not in Field.__init__.__code__.co_names
-assert not skip_feast_type_checks()  # Feast is imported now: too late, and it says so
+Field(name=5, dtype=Float32)  # a wrong type goes unchecked: the worker builds no definitions
 """
 
 _SKOPS_PROBE = """
@@ -45,21 +45,34 @@ assert len(again) > 100
 """
 
 
-def _probe(source: str, timeout: int) -> subprocess.CompletedProcess[str]:
+def _probe(
+    source: str, timeout: int, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", source], cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-c", source],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
-def test_feast_type_checks_are_skipped_before_feast_is_imported() -> None:
-    done = _probe(_FEAST_PROBE, timeout=120)
+def test_feast_type_checks_are_off_in_an_optimized_interpreter() -> None:
+    """What a serving worker gets: BentoML starts it with the service's ``envs``
+    (``tests/e2e/test_serving.py`` reads them from a live worker)."""
+    done = _probe(_FEAST_PROBE, timeout=120, env={"PYTHONOPTIMIZE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_other_processes_keep_feasts_type_checks() -> None:
     from feast import Field
+    from feast.types import Float32
+    from typeguard import TypeCheckError
 
     assert "TypeCheckMemo" in Field.__init__.__code__.co_names
+    with pytest.raises(TypeCheckError, match="name"):
+        Field(name=5, dtype=Float32)  # type: ignore[arg-type]
 
 
 @pytest.mark.nn  # the walk of scikit-learn's estimators imports PyTorch

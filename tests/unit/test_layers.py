@@ -182,12 +182,11 @@ def test_a_request_time_read_of_the_global_runtime_is_caught(tmp_path: Path) -> 
 
 # What is still replaced, and why (issue 31, item 1; decision 037):
 # - uvicorn.Config: BentoML's worker builds it with no protocol and gives the app no way
-#   to reach it, so the head guard (decision 025) is installed by replacing the class;
-# - typeguard.typechecked: Feast decorates its classes with it at import, and its checks
-#   cost seconds of every worker's start (decision 011); no setting turns them off.
+#   to reach it, so the head guard (decision 025) is installed by replacing the class.
+# (typeguard.typechecked was the other: the workers now run optimized, where typeguard
+# turns its own decorator off; decision 038.)
 THIRD_PARTY_REPLACEMENTS_LEFT = {
     "serving/_bentoml_patches.py uvicorn.Config",
-    "features/_unchecked.py typeguard.typechecked",
 }
 
 

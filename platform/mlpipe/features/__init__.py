@@ -20,7 +20,6 @@ from mlpipe.features._store import (
     open_store,
     training_set,
 )
-from mlpipe.features._unchecked import skip_feast_type_checks
 
 __all__ = [
     "AppliedRepo",
@@ -38,7 +37,6 @@ __all__ = [
     "materialize",
     "open_store",
     "read_entities",
-    "skip_feast_type_checks",
     "store_breaker",
     "training_set",
     "write_dataset",

@@ -16,7 +16,6 @@ from types import ModuleType
 
 import bentoml
 import pytest
-import typeguard
 import uvicorn
 from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_impl.worker import service as bentoml_worker
@@ -138,7 +137,6 @@ def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setattr(uvicorn, "Config", uvicorn.Config)
     monkeypatch.setenv("MLPIPE_SERVING__MAX_HEADER_BYTES", "8192")
     monkeypatch.setenv("MLPIPE_SERVING__HEADER_TIMEOUT_S", "3")
-    monkeypatch.setattr(typeguard, "typechecked", typeguard.typechecked)  # skip_feast_type_checks
     monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
     spec = importlib.util.spec_from_file_location("_scoring_service_under_test", SERVICE)
     assert spec is not None and spec.loader is not None
@@ -161,6 +159,13 @@ def test_loading_the_service_replaces_none_of_bentomls_names(service: ModuleType
         instruments.RunnerTrafficMetricsMiddleware,
         bentoml.Service.to_asgi,
     ) == BENTOML_NAMES
+
+
+def test_the_workers_run_optimized_unless_the_environment_says(service: ModuleType) -> None:
+    """BentoML gives each worker the service's run-time ``envs`` (a value already in the
+    environment wins); optimized, typeguard's decorator, and so Feast's checks, are off."""
+    envs = {e.name: (e.value, e.stage) for e in service.Scoring.envs}
+    assert envs["PYTHONOPTIMIZE"][0] == "1" and envs["PYTHONOPTIMIZE"][1] != "build"
 
 
 def test_deadline_stands_where_bentomls_timeout_middleware_stood(service: ModuleType) -> None:
