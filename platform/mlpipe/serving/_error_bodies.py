@@ -3,7 +3,7 @@
 Every refusal on the request path is an error of a class in :data:`HTTP_STATUS`,
 the one table from error class to HTTP status (the nearest class of an
 error's MRO in it decides); :func:`error_for` turns one into its body, and
-:func:`model_error` decides what a model's failure on an input is. The
+:func:`model_failure` decides which error a model's failure on an input is. The
 classes of :mod:`mlpipe.errors` are in the table with the ``http_status`` they
 carry (a test holds the two together); the serving edge's own refusals are
 :class:`Refusal`'s subclasses, defined here.
@@ -170,8 +170,8 @@ def error_for(exc: Exception) -> dict[str, Any]:
     return error_body(message, status_of(exc), field)
 
 
-def model_error(exc: Exception) -> dict[str, Any]:
-    """The error body of a request the model cannot score.
+def model_failure(exc: Exception) -> MlpipeError:
+    """The error of a request the model cannot score (its body: :func:`error_for`).
 
     scikit-learn, numpy and pandas raise ValueError for an input they reject
     (NaN, infinity, out of range), and a model wrapper that validates its
@@ -181,13 +181,13 @@ def model_error(exc: Exception) -> dict[str, Any]:
     may show internals, is logged).
     """
     if isinstance(exc, MlpipeError):
-        return error_for(exc)
+        return exc
     if isinstance(exc, ValueError):
         message = f"the model rejected this input: {str(exc)[:200]}"
-        return error_for(InvalidRequest(message, "features"))
+        return InvalidRequest(message, "features")
     if isinstance(exc, ModelFailure):
-        return error_for(ServerFailure(f"the model returned {exc} for this input"))
-    return error_for(ServerFailure(f"the model failed on this input ({type(exc).__name__})"))
+        return ServerFailure(f"the model returned {exc} for this input")
+    return ServerFailure(f"the model failed on this input ({type(exc).__name__})")
 
 
 __all__ = [
@@ -210,6 +210,6 @@ __all__ = [
     "UnsupportedMediaType",
     "error_body",
     "error_for",
-    "model_error",
+    "model_failure",
     "status_of",
 ]

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlpipe.errors import InvalidInput
-from mlpipe.serving._error_bodies import error_for
 from mlpipe.serving._item import Item
 from mlpipe.serving._online_features import FeatureFetcher
 from mlpipe.serving._vectors import build_vector
@@ -65,7 +64,7 @@ class FeatureStage:
             try:
                 (row,) = self.fetch(service, [entity])
             except InvalidInput as exc:
-                it.error = error_for(exc)
+                it.error = exc
                 row = None
             except Exception:
                 logger.exception("feature fetch for %s failed; serving defaults", service)
@@ -81,7 +80,7 @@ def _vector(it: Item, row: Any) -> None:
     v = build_vector(plan.vector_slots, plan.store_features, defaults, it.req.features, row)
     it.vector, it.missing, it.feature_hit = v.values, v.missing, v.feature_hit
     if v.error is not None:
-        it.error = error_for(v.error)
+        it.error = v.error
 
 
 __all__ = ["FeatureStage"]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mlpipe.errors import MlpipeError
 from mlpipe.predlog import Arm
 from mlpipe.routing import entity_key
 from mlpipe.serving._generations import ServingModel, VersionPlan
@@ -30,7 +31,8 @@ class Item:
     feature_hit: bool = False
     prediction: Prediction | None = None
     cache_hit: bool = False
-    error: dict[str, Any] | None = None  # set by the stage that could not serve this request
+    # set by the stage that could not serve this request; its answer's body: error_for
+    error: MlpipeError | None = None
     status: Literal["ok", "timeout"] = "ok"  # the log row's status; "timeout" for a 504
 
 

@@ -12,9 +12,8 @@ import logging
 import math
 import time
 from threading import Lock
-from typing import Any
 
-from mlpipe.serving._error_bodies import LogUnavailable, error_for
+from mlpipe.serving._error_bodies import LogUnavailable
 
 logger = logging.getLogger("mlpipe.serving")
 
@@ -30,8 +29,8 @@ class LogFailurePolicy:
         self._last = -math.inf
         self._lost = 0
 
-    def record(self, exc: Exception, rows: int) -> dict[str, Any] | None:
-        """Log the failure; the error body to answer with (fail_closed), or None (fail_open)."""
+    def record(self, exc: Exception, rows: int) -> LogUnavailable | None:
+        """Log the failure; the error to answer with (fail_closed), or None (fail_open)."""
         with self._lock:
             self._lost += rows
             now = time.monotonic()
@@ -50,7 +49,7 @@ class LogFailurePolicy:
         if self.policy == "fail_open":
             return None
         message = f"prediction log unavailable ({type(exc).__name__}); not answered"
-        return error_for(LogUnavailable(message))
+        return LogUnavailable(message)
 
 
 __all__ = ["LogFailurePolicy"]

@@ -18,8 +18,10 @@
 9. shadow: ``_shadow.py``, shadow versions scored afterwards on a thread, logged
    with arm ``shadow``, never returned.
 
-A request that fails at a stage carries its error body (``Item.error``) to the end:
-it is answered with it and not logged. The rows of one Open Inference Protocol
+A request that fails at a stage carries its error (``Item.error``, an
+:class:`~mlpipe.errors.MlpipeError`) to the end: it is answered with that error's
+body (:func:`~mlpipe.serving._error_bodies.error_for`, the one table from class to
+status) and not logged. The rows of one Open Inference Protocol
 request are scored as one batch ``together``: one failed row fails them all, and
 none is logged as answered.
 
@@ -37,7 +39,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mlpipe.errors import NotFound
+from mlpipe.errors import MlpipeError, NotFound
 from mlpipe.predlog import GroupCommitter, PiiHasher, PredictionRecord
 from mlpipe.serving._answers import response
 from mlpipe.serving._caches import LRUCache
@@ -59,12 +61,12 @@ if TYPE_CHECKING:
     from mlpipe.serving._metrics import ServingMetrics
 
 
-def _unserved(loader: GenerationLoader, name: str) -> dict[str, Any]:
-    """The error body for a model this worker holds no generation of (it went meanwhile)."""
+def _unserved(loader: GenerationLoader, name: str) -> MlpipeError:
+    """The error for a model this worker holds no generation of (it went meanwhile)."""
     failure = loader.failures.get(name)
     if failure is not None:
-        return error_for(ModelUnavailable(failure.message(name)))
-    return error_for(NotFound(f"model {name!r} is not deployed here"))
+        return ModelUnavailable(failure.message(name))
+    return NotFound(f"model {name!r} is not deployed here")
 
 
 class ScoringPipeline:
@@ -124,9 +126,9 @@ class ScoringPipeline:
         all or not at all: when one cannot be answered, none is, and none is
         logged as answered.
         """
-        results, items = self._score_batch(requests, together)
+        unserved, items = self._score_batch(requests, together)
         self._append(items)
-        return self._answer(results, items)
+        return self._answer(unserved, items)
 
     async def predict_batch_async(
         self, requests: Sequence[PredictRequest], *, together: bool = False
@@ -137,9 +139,9 @@ class ScoringPipeline:
         network (Kafka's acks) the loop scores the next batch while the log thread
         waits. The contract is the same: nothing is answered before its row is logged.
         """
-        results, items = self._score_batch(requests, together)
+        unserved, items = self._score_batch(requests, together)
         await self._log(items)
-        return self._answer(results, items)
+        return self._answer(unserved, items)
 
     async def predict_together_async(
         self, requests: Sequence[PredictRequest], *, chunk: int
@@ -158,7 +160,7 @@ class ScoringPipeline:
         import asyncio
 
         models = self.loader.models  # replaced whole on a reload: one generation throughout
-        results: list[dict[str, Any]] = []
+        unserved: list[MlpipeError | None] = []
         items: list[Item] = []
         for start in range(0, len(requests), chunk):
             if start:
@@ -166,12 +168,12 @@ class ScoringPipeline:
             part, scored = self._score_batch(requests[start : start + chunk], False, models)
             for it in scored:
                 it.index += start
-            results += part
+            unserved += part
             items += scored
-        unserved = next((r for r in results if r), None)  # the model went: no row answers
+        gone = next((e for e in unserved if e is not None), None)  # the model went: none answers
         for it in items:
-            if unserved is not None and it.error is None:
-                it.error = unserved
+            if gone is not None and it.error is None:
+                it.error = gone
         fail_together(items)
         records: list[PredictionRecord] = []  # a chunk at a time too: 1,024 took ~6 ms
         for start in range(0, len(items), chunk):
@@ -179,22 +181,23 @@ class ScoringPipeline:
             records += self._rows.of(items[start : start + chunk])
         await self._log(items, records)
         await asyncio.sleep(0)
-        return self._answer(results, items)
+        return self._answer(unserved, items)
 
     def _score_batch(
         self,
         requests: Sequence[PredictRequest],
         together: bool,
         models: Mapping[str, ServingModel] | None = None,
-    ) -> tuple[list[dict[str, Any]], list[Item]]:
-        """Route, fetch features and score: (a result slot per request, the items scored)."""
-        results: list[dict[str, Any]] = [{} for _ in requests]
+    ) -> tuple[list[MlpipeError | None], list[Item]]:
+        """Route, fetch features and score: (for each request, the error when no model of
+        its name is served here, else None; the items scored)."""
+        unserved: list[MlpipeError | None] = [None] * len(requests)
         items: list[Item] = []
         models = self.loader.models if models is None else models
         for i, req in enumerate(requests):
             served = models.get(req.model)
             if served is None:
-                results[i] = _unserved(self.loader, req.model)
+                unserved[i] = _unserved(self.loader, req.model)
                 continue
             key = routing_key(served, req)
             d = served.router.route(key, req.pin)
@@ -206,14 +209,17 @@ class ScoringPipeline:
         self._expire(items)
         if together:
             fail_together(items)
-        return results, items
+        return unserved, items
 
-    def _answer(self, results: list[dict[str, Any]], items: list[Item]) -> list[dict[str, Any]]:
-        """Fill each request's slot with its answer or error; count, and shadow the answered."""
+    def _answer(
+        self, unserved: list[MlpipeError | None], items: list[Item]
+    ) -> list[dict[str, Any]]:
+        """Each request's answer, or its error's body; count, and shadow the answered."""
+        results = [{} if exc is None else error_for(exc) for exc in unserved]
         answered = [it for it in items if it.error is None]
         for it in items:
             if it.error is not None:
-                results[it.index] = {**it.error, "request_id": it.req.request_id}
+                results[it.index] = {**error_for(it.error), "request_id": it.req.request_id}
                 continue
             results[it.index] = response(it)
         self._count(answered)
@@ -237,7 +243,7 @@ class ScoringPipeline:
             if it.error is None and received and now - received > self._timeout_ns:
                 limit = self.settings.serving.request_timeout_s
                 late = TimedOut(f"request timed out: not answered within {limit:g} s")
-                it.error = error_for(late)
+                it.error = late
                 it.status = "timeout"
 
     async def _log(

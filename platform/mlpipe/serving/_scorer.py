@@ -6,8 +6,9 @@ vectorized call per version and read by the version's task
 (:class:`~mlpipe.tasks.TaskSpec`). A model that raises for a version's rows (or
 returns an output its task cannot read: a wrong shape, a non-finite value, a
 probability outside [0, 1]) is retried row by row, so a poison request fails alone:
-it gets an error body (422 when the model rejected the input with a ``ValueError``,
-else 500) and is not cached; the rest are scored and cached as usual.
+it gets an error (:func:`~mlpipe.serving._error_bodies.model_failure`: 422 when the
+model rejected the input with a ``ValueError``, else 500) and is not cached; the
+rest are scored and cached as usual.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from mlpipe.serving._caches import LRUCache, normalized_vector
-from mlpipe.serving._error_bodies import ModelFailure, model_error
+from mlpipe.serving._error_bodies import ModelFailure, model_failure, status_of
 from mlpipe.serving._generations import VersionPlan
 from mlpipe.serving._item import Item
 from mlpipe.tasks import OutputError, Prediction
@@ -78,13 +79,13 @@ class Scorer:
             try:
                 (prediction,) = _predictions_of(plan, _model_inputs(plan, [it.vector]))
             except Exception as exc:
-                it.error = model_error(exc)
+                it.error = model_failure(exc)
                 logger.warning(
                     "request %s: %s/%s cannot score it (%s): %s",
                     it.req.request_id,
                     it.served.name,
                     it.plan.version,
-                    it.error["status"],
+                    status_of(it.error),
                     exc,
                 )
                 continue

@@ -77,7 +77,9 @@ class ShadowRunner:
             ]
             self._features.fill(shadow_items)
             self._scorer.score(shadow_items)
-            self._sink.append([self._rows.row(it, "shadow") for it in shadow_items if not it.error])
+            self._sink.append(
+                [self._rows.row(it, "shadow") for it in shadow_items if it.error is None]
+            )
             result = "scored"
         except Exception:
             logger.exception("shadow scoring failed for %d requests", len(items))

@@ -17,7 +17,7 @@ from mlpipe.serving._error_bodies import (
     Overloaded,
     Refusal,
     error_for,
-    model_error,
+    model_failure,
     status_of,
 )
 
@@ -72,16 +72,18 @@ def test_error_bodies_name_the_field_at_fault() -> None:
 
 
 def test_a_model_rejecting_an_input_is_422_and_failing_on_it_500() -> None:
-    assert model_error(ValueError("NaN")) == {
+    assert error_for(model_failure(ValueError("NaN"))) == {
         "error": "the model rejected this input: NaN",
         "status": 422,
         "field": "features",
     }
-    assert model_error(ModelFailure("2 scores for 1 row")) == {
+    assert error_for(model_failure(ModelFailure("2 scores for 1 row"))) == {
         "error": "the model returned 2 scores for 1 row for this input",
         "status": 500,
     }
-    assert model_error(KeyError("secret")) == {
+    assert error_for(model_failure(KeyError("secret"))) == {
         "error": "the model failed on this input (KeyError)",
         "status": 500,
     }
+    mine = InvalidInput("features.amount: no")
+    assert model_failure(mine) is mine  # mlpipe's own error is kept as it is

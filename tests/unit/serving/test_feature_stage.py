@@ -11,6 +11,7 @@ import pytest
 from mlpipe.config import load_settings
 from mlpipe.errors import InvalidInput
 from mlpipe.serving import PredictRequest, ScoringPipeline
+from mlpipe.serving._error_bodies import error_for
 from mlpipe.serving._feature_stage import FeatureStage
 from mlpipe.serving._item import Item, routing_key
 from tests.unit.serving.test_pipeline import (
@@ -81,8 +82,8 @@ def test_a_key_the_store_refuses_fails_only_its_own_item(env: Any) -> None:
     items = _items(env.loader.models["fraud"], [12, 13, 14])
     FeatureStage(fetch).fill(items)
     assert calls == [3, 1, 1, 1]  # the batch, then entity by entity
-    assert [it.error and it.error["status"] for it in items] == [None, 422, None]
-    assert items[1].error and items[1].error["field"] == "entity.customer_id"
+    assert [it.error and error_for(it.error)["status"] for it in items] == [None, 422, None]
+    assert items[1].error and error_for(items[1].error)["field"] == "entity.customer_id"
     assert items[0].missing == [] and items[2].missing == []
 
 

@@ -10,23 +10,26 @@ from typing import Any
 import pytest
 
 from mlpipe.config import load_settings
+from mlpipe.errors import InvalidInput, MlpipeError
 from mlpipe.serving import PredictRequest
+from mlpipe.serving._error_bodies import ServerFailure, TimedOut
 from mlpipe.serving._item import Item, fail_together, join_entity, logged, routing_key
 from tests.unit.serving.test_pipeline import ListSink, NoFeaturesControl, fake_runtime
 
-FAILED = {"error": "features.amount: no", "status": 422, "field": "features.amount"}
+FAILED = InvalidInput("features.amount: no")
+LATER = ServerFailure("later")
 
 
-def _item(i: int, error: dict[str, Any] | None = None) -> Item:
+def _item(i: int, error: MlpipeError | None = None) -> Item:
     req = PredictRequest(model="m", features={"amount": 1.0}, request_id=f"r{i}")
     served = SimpleNamespace(name="m", generation=1)
     return Item(req, i, served, SimpleNamespace(), "champion", f"k{i}", error=error)
 
 
 def test_one_failed_item_fails_every_item_with_its_error() -> None:
-    items = [_item(0), _item(1, FAILED), _item(2), _item(3, {"error": "later", "status": 500})]
+    items = [_item(0), _item(1, FAILED), _item(2), _item(3, LATER)]
     fail_together(items)
-    assert [it.error for it in items] == [FAILED, FAILED, FAILED, {"error": "later", "status": 500}]
+    assert [it.error for it in items] == [FAILED, FAILED, FAILED, LATER]
 
 
 def test_items_without_a_failure_are_left_alone() -> None:
@@ -36,7 +39,7 @@ def test_items_without_a_failure_are_left_alone() -> None:
 
 
 def test_the_answered_and_the_timed_out_are_logged_the_failed_are_not() -> None:
-    answered, failed, late = _item(0), _item(1, FAILED), _item(2, {"status": 504})
+    answered, failed, late = _item(0), _item(1, FAILED), _item(2, TimedOut("late"))
     late.status = "timeout"
     assert logged([answered, failed, late]) == [answered, late]
 

@@ -10,6 +10,7 @@ import pytest
 
 from mlpipe.serving import PredictRequest, VersionPlan
 from mlpipe.serving._caches import LRUCache
+from mlpipe.serving._error_bodies import error_for, status_of
 from mlpipe.serving._item import Item
 from mlpipe.serving._scorer import Scorer
 
@@ -83,8 +84,11 @@ def test_a_poison_row_fails_alone_and_the_others_are_scored_and_cached(scorer: S
     assert model.calls == [3, 1, 1, 1]  # the batch, then row by row
     poison = items[1]
     assert poison.prediction is None and poison.error is not None
-    assert poison.error["status"] == 422
-    assert poison.error["error"] == "the model rejected this input: a poison amount"
+    assert error_for(poison.error) == {
+        "error": "the model rejected this input: a poison amount",
+        "status": 422,
+        "field": "features",
+    }
     assert [it.error for it in (items[0], items[2])] == [None, None]
     assert [it.prediction and it.prediction.score for it in (items[0], items[2])] == pytest.approx(
         [0.1, 0.3]
@@ -99,7 +103,7 @@ def test_a_poison_row_fails_alone_and_the_others_are_scored_and_cached(scorer: S
 def test_an_output_the_task_cannot_read_is_the_servers_failure(scorer: Scorer) -> None:
     items = _items(CountingModel(out_of_range=True), [10.0])
     scorer.score(items)
-    assert items[0].error is not None and items[0].error["status"] == 500
+    assert items[0].error is not None and status_of(items[0].error) == 500
     assert items[0].prediction is None
 
 
