@@ -535,7 +535,6 @@ class TopicReader:
     """
 
     def __init__(self, settings: Settings, notify: _engine.Notify | None = None) -> None:
-
         self.settings = settings
         self.topic = settings.predlog.kafka_topic
         self.notify = notify

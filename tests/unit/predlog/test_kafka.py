@@ -1,24 +1,14 @@
 """The Kafka sink keeps the prediction-log contract: nothing is 'logged' that Kafka did not ack."""
 
-import time
-
-import msgspec
 import pytest
 
 from mlpipe.config import load_settings
 from mlpipe.errors import StoreUnavailable
-from mlpipe.predlog import PredictionRecord, open_sink
+from mlpipe.predlog import open_sink
 from mlpipe.predlog._kafka import ClientErrors, KafkaSink, producer_config
+from tests.kafka_broker import kafka_record
 
 pytest.importorskip("confluent_kafka", reason="the Kafka sink needs mlpipe[prod]")
-
-
-def _record() -> PredictionRecord:
-    return PredictionRecord(
-        request_id="r1", ts=time.time(), tenant="default", model="fraud", version="1",
-        arm="champion", generation=1, entity_key="customer_id=1", entity={"customer_id": 1},
-        features={"amount": 1.0}, score=0.1, label=0, latency_ms=1.0,
-    )  # fmt: skip
 
 
 def test_producer_is_durable_and_idempotent() -> None:
@@ -38,7 +28,7 @@ def test_unacknowledged_batch_raises_instead_of_claiming_it_is_logged() -> None:
     # Port 1 on loopback: nothing listens, so no broker can ever ack.
     sink = KafkaSink("127.0.0.1:1", "mlpipe-predictions", "w1", timeout_s=0.5)
     with pytest.raises(StoreUnavailable, match=r"did not take the batch within 0.5s"):
-        sink.append([_record()])
+        sink.append([kafka_record(1)])
 
 
 def test_a_group_answers_each_batch_for_itself_and_never_claims_an_unacked_record() -> None:
@@ -51,10 +41,8 @@ def test_a_group_answers_each_batch_for_itself_and_never_claims_an_unacked_recor
         timeout_s=0.5,
         extra={"message.max.bytes": "1000"},
     )
-    big = msgspec.structs.replace(
-        _record(), request_id="big", features={"amount": 1.0, "x": "x" * 2000}
-    )
-    outcomes = sink.append_groups([[_record()], [big], [_record()]])
+    big = kafka_record(1, request_id="big", features={"amount": 1.0, "x": "x" * 2000})
+    outcomes = sink.append_groups([[kafka_record(1)], [big], [kafka_record(1)]])
     assert all(isinstance(o, StoreUnavailable) for o in outcomes)
     assert "the producer refused a record" in str(outcomes[1])
     assert "Message timed out" in str(outcomes[0]) and "Message timed out" in str(outcomes[2])
@@ -87,4 +75,4 @@ def test_client_errors_name_the_cause_and_a_failed_login_outlives_all_brokers_do
 def test_a_batch_no_broker_took_names_what_kafka_reported() -> None:
     sink = KafkaSink("127.0.0.1:1", "mlpipe-predictions", "w1", timeout_s=0.5)
     with pytest.raises(StoreUnavailable, match=r"; Kafka reported: .*Connection refused"):
-        sink.append([_record()])
+        sink.append([kafka_record(1)])
