@@ -5,7 +5,7 @@ does), drives it open-loop at a fixed rate (``--rate``, moderate: well under
 saturation, so the queue stays short and what grows is memory, not backlog),
 and samples the resident set size (RSS, psutil) of every process of the
 server every ``--sample-every`` seconds: the ``mlpipe serve`` launcher, the
-``bentoml serve`` arbiter and each worker. At the end it prints one row per
+arbiter (``mlpipe.serving._arbiter``) and each worker. At the end it prints one row per
 process (RSS after the warm-up, at the end, growth, maximum and the slope over
 the second half of the run) and the request totals, and writes
 ``bench/results/soak-<timestamp>.json``. It asserts nothing: growth is for a
@@ -136,12 +136,11 @@ def _server_processes() -> dict[str, Any]:
 
 
 def _label(cmdline: list[str], pid: int) -> str:
-    joined = " ".join(cmdline)
-    if "_bentoml_impl.worker.service" in joined:
+    if "mlpipe.serving._worker" in cmdline:
         wid = cmdline[cmdline.index("--worker-id") + 1] if "--worker-id" in cmdline else "?"
         return f"worker {wid} (pid {pid})"
-    if "bentoml serve" in joined:
-        return f"bentoml serve (pid {pid})"
+    if "mlpipe.serving._arbiter" in cmdline:
+        return f"arbiter (pid {pid})"
     if any(Path(part).name == "mlpipe" for part in cmdline[:2]) and "serve" in cmdline:
         return f"mlpipe serve (pid {pid})"
     return f"{Path(cmdline[0]).name if cmdline else '?'} (pid {pid})"

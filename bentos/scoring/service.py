@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from mlpipe.config import load_settings
 from mlpipe.serving import (
+    WORKER_ENV,
     Admission,
     Batcher,
     InflightBoard,
@@ -29,7 +30,6 @@ from mlpipe.serving import (
     ServingRuntime,
     bind_once,
     front_door,
-    guard_request_heads,
     request_stack,
     scoring_service_class,
     span_headers,
@@ -37,9 +37,6 @@ from mlpipe.serving import (
 
 settings = load_settings()
 _s = settings.serving
-
-# Request heads bounded in size and time before they are parsed (decision 025).
-guard_request_heads(_s.max_header_bytes, _s.header_timeout_s)
 
 logging.getLogger("mlpipe").setLevel(logging.INFO)
 # Models fitted on DataFrames warn on every array predict; the pipeline passes
@@ -63,9 +60,10 @@ runtime = RuntimeSlot()
     tracing={} if _s.tracing else {"excluded_urls": [".*"]},
     endpoints={"livez": "/livez", "readyz": "/readyz"},
     # Workers run optimized, where typeguard's decorator is a no-op by design: Feast's
-    # run-time type checks cost ~2.6 s of every worker's start (decisions 011, 038). BentoML
-    # gives the workers this variable unless the environment sets it (PYTHONOPTIMIZE=0: on).
-    envs=[{"name": "PYTHONOPTIMIZE", "value": "1"}],
+    # run-time type checks cost ~2.6 s of every worker's start (decisions 011, 038). mlpipe's
+    # arbiter, and BentoML's under `bentoml serve`, give the workers these unless the
+    # environment sets them (PYTHONOPTIMIZE=0: on).
+    envs=[{"name": name, "value": value} for name, value in WORKER_ENV.items()],
     # The app inside the front door, with mlpipe's Deadline and route-labelled metrics in the
     # places of BentoML's timeout and traffic-metrics middleware (decisions 006, 009, 037).
     service_class=scoring_service_class(front_door(settings, admission, runtime), batcher),

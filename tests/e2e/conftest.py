@@ -1,4 +1,4 @@
-"""One real ``bentoml serve`` (through :func:`mlpipe.serving.server_command`) per module.
+"""One real scoring server (through :func:`mlpipe.serving.server_command`) per module.
 
 The project home is a temp dir with a small scikit-learn model registered in
 four versions; the server's process group is killed in teardown, and the

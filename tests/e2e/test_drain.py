@@ -9,8 +9,8 @@ request id is safe), but never cut mid-answer. The server must exit (code 0)
 within EXIT_BOUND_S, its workers gone and its log segments closed (no
 ``.jsonl.open`` left).
 
-Who gets the signal: a supervisor signals the process it started. For
-``bentoml serve`` that is circus's arbiter (``ScoringProcess.pid``), which owns
+Who gets the signal: a supervisor signals the process it started. For the
+server that is circus's arbiter (``ScoringProcess.pid``), which owns
 the listening socket and starts each worker in a session of its own.
 Kubernetes and Docker send SIGTERM to that main process only; systemd
 (``KillMode=control-group``, its default) sends it to every process of the unit
@@ -169,7 +169,7 @@ async def _drive(port: int, terminate: Callable[[], None]) -> tuple[list[Outcome
 
 @contextlib.contextmanager
 def _serving(home: Path, template: Path, launcher: str) -> Iterator[SimpleNamespace]:
-    """A two-worker server on ``home``, started by ``bentoml serve`` (ScoringProcess) or
+    """A two-worker server on ``home``, started by ScoringProcess or
     ``mlpipe serve``; on exit, every process it ever had is killed, orphans included."""
     import psutil
 
@@ -186,7 +186,7 @@ def _serving(home: Path, template: Path, launcher: str) -> Iterator[SimpleNamesp
     log = home / "server.log"
     port = free_port()
     scoring: ScoringProcess | None = None
-    if launcher == "bentoml serve":
+    if launcher == "ScoringProcess":
         scoring = ScoringProcess(settings, port=port, workers=2, log_path=log, env=env)
         scoring.start()
         pid, wait = scoring.pid, scoring.wait
@@ -236,8 +236,8 @@ def _kill(pids: list[int]) -> None:
 
 
 CASES = [
-    pytest.param("bentoml serve", "main process", id="bentoml-serve"),
-    pytest.param("bentoml serve", "every process", id="bentoml-serve-all-processes"),
+    pytest.param("ScoringProcess", "main process", id="arbiter"),
+    pytest.param("ScoringProcess", "every process", id="arbiter-all-processes"),
     pytest.param("mlpipe serve", "main process", id="mlpipe-serve"),
 ]
 

@@ -55,14 +55,14 @@ def two_workers(
 
 
 def _workers(server: Any) -> list[int]:
-    """Pids of the BentoML worker processes of this server."""
+    """Pids of the worker processes of this server (mlpipe.serving._worker)."""
     import psutil
 
     procs = psutil.Process(server._proc.pid).children(recursive=True)
     found = []
     for proc in procs:
         try:
-            if "_bentoml_impl.worker.service" in " ".join(proc.cmdline()):
+            if "mlpipe.serving._worker" in proc.cmdline():
                 found.append(proc.pid)
         except psutil.Error:
             pass

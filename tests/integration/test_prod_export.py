@@ -53,6 +53,9 @@ def test_cli_writes_manifests_that_validate_strictly(home: Path) -> None:
     gateway = kinds[("Deployment", "mlpipe-fraud-gateway")]["spec"]["template"]["spec"]
     container = gateway["containers"][0]
     assert container["image"] == "reg/scoring:1.2"
+    # mlpipe's server (its workers guard request heads), on the port the probes use
+    assert container["command"] == ["mlpipe", "serve", "--host", "0.0.0.0", "--port", "3000"]
+    assert container["ports"][0]["containerPort"] == 3000
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert kinds[("Service", "mlpipe-fraud-gateway")]["spec"]["ports"][0]["targetPort"] == "http"

@@ -1,4 +1,4 @@
-"""Two gateways, one state: two ``bentoml serve`` processes on the prod profile's stores.
+"""Two gateways, one state: two scoring servers on the prod profile's stores.
 
 The control plane is a fresh PostgreSQL database and the tenant token buckets
 live in Redis (``security.redis_url``). A promote committed once is answered by

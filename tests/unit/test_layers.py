@@ -9,8 +9,10 @@ packages of one layer may not import each other in a cycle.
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -180,25 +182,52 @@ def test_a_request_time_read_of_the_global_runtime_is_caught(tmp_path: Path) -> 
 
 # -- no module changes a third-party module or class for everyone --
 
-# What is still replaced, and why (issue 31, item 1; decision 037):
-# - uvicorn.Config: BentoML's worker builds it with no protocol and gives the app no way
-#   to reach it, so the head guard (decision 025) is installed by replacing the class.
-# (typeguard.typechecked was the other: the workers now run optimized, where typeguard
-# turns its own decorator off; decision 038.)
-THIRD_PARTY_REPLACEMENTS_LEFT = {
-    "serving/_bentoml_patches.py uvicorn.Config",
-}
+# None is left (issue 31, item 1): the last, uvicorn.Config (for the head guard), went when
+# mlpipe's own worker started uvicorn with the guard as its protocol (decision 039).
 
 
-def _third_party_names(tree: ast.Module) -> set[str]:
-    """The names a module binds to what it imports from outside mlpipe."""
-    names: set[str] = set()
+def _third_party_names(tree: ast.Module) -> dict[str, str]:
+    """The names a module binds to what it imports from outside mlpipe: name -> dotted path."""
+    names: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names if not _ours(a.name)}
+            for a in node.names:
+                if not _ours(a.name):
+                    bound = a.asname or a.name.split(".")[0]
+                    names[bound] = a.name if a.asname else bound
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and not _ours(node.module):
-            names |= {a.asname or a.name for a in node.names}
+            names |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
     return names
+
+
+def _resolve(dotted: str) -> object:
+    """The object a dotted path names (a module, or an attribute of one); raises if none."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            found = getattr(found, attr)
+        return found
+    raise ImportError(dotted)
+
+
+def _shared(target: ast.Attribute, imported: dict[str, str]) -> bool:
+    """Whether ``target``'s owner is a third-party module or class (what every caller sees).
+
+    An instance the library hands out for its users to fill (BentoML's ``server_context``,
+    which a worker fills) is not; an owner that cannot be resolved counts as shared."""
+    root = _root(target)
+    if root not in imported:
+        return False
+    owner = ast.unparse(target.value)
+    try:
+        found = _resolve(imported[root] + owner[len(root) :])
+    except (ImportError, AttributeError):
+        return True
+    return isinstance(found, ModuleType | type)
 
 
 def _ours(module: str | None) -> bool:
@@ -235,21 +264,24 @@ def third_party_replacements(root: Path = PACKAGE) -> set[str]:
         imported = _third_party_names(tree)
         for node in ast.walk(tree):
             for target in _assigned_attributes(node):
-                if _root(target) in imported:
+                if _shared(target, imported):
                     found.add(f"{path.relative_to(root)} {ast.unparse(target)}")
     return found
 
 
-def test_no_module_replaces_a_third_party_name_but_the_one_named() -> None:
-    assert third_party_replacements() == THIRD_PARTY_REPLACEMENTS_LEFT
+def test_no_module_replaces_a_third_party_name() -> None:
+    assert third_party_replacements() == set()
 
 
 def test_a_global_patch_is_caught(tmp_path: Path) -> None:
-    """The check itself: assigning to an imported module's or class's attribute is reported;
-    an attribute of one's own object is not."""
+    """The check itself: assigning to an imported module's or class's attribute is reported
+    (one it cannot resolve too); an attribute of one's own object, or of an instance a
+    library hands out to be filled, is not."""
     (tmp_path / "_patch.py").write_text(
         "import bentoml\n"
+        "import uvicorn.config\n"
         "from uvicorn import Config as C\n"
+        "from bentoml import server_context\n"
         "from mlpipe.serving import _runtime\n\n"
         "class Mine:\n"
         "    pass\n\n"
@@ -258,8 +290,13 @@ def test_a_global_patch_is_caught(tmp_path: Path) -> None:
         "    setattr(C, 'http', 'h11')\n"
         "    Mine.x = 1\n"
         "    _runtime.slot = None\n"
+        "    uvicorn.config.HTTP_PROTOCOLS = {}\n"
+        "    bentoml.no_such_name.x = 1\n"
+        "    server_context.worker_index = 1\n"
     )
     assert third_party_replacements(tmp_path) == {
         "_patch.py bentoml.Service.to_asgi",
         "_patch.py C.<setattr>",
+        "_patch.py uvicorn.config.HTTP_PROTOCOLS",
+        "_patch.py bentoml.no_such_name.x",
     }

@@ -179,7 +179,6 @@ def _config_map(settings: Settings, app: str, model: str, options: K8sOptions) -
         "MLPIPE_REPORTS_DIR": REPORTS_DIR,
         "MLPIPE_FEATURE_STORE_YAML": settings.feature_store_yaml,
         "MLPIPE_SERVING__PORT": str(options.port),
-        "BENTOML_PORT": str(options.port),  # the containerized bento's `bentoml serve`
     }
     p = settings.predlog
     if p.sink == "kafka":  # librdkafka credentials (predlog.kafka_config) go in the Secret
@@ -275,6 +274,9 @@ class _Tier:
         container: dict[str, Any] = {
             "name": self.component,
             "image": image,
+            # mlpipe's server, not the image's `bentoml serve`: only its workers bound a
+            # request head in size and time (decision 039)
+            "command": ["mlpipe", "serve", "--host", "0.0.0.0", "--port", str(o.port)],
             "ports": [{"name": "http", "containerPort": o.port, "protocol": "TCP"}],
             "envFrom": _env_from(self.app, o),
             "env": [

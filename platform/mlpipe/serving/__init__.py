@@ -23,6 +23,7 @@ from mlpipe.serving._runtime import RuntimeSlot, ServingRuntime
 from mlpipe.serving._schema import PredictRequest, PredictResponse
 from mlpipe.serving._server import (
     SERVICE,
+    WORKER_ENV,
     ScoringProcess,
     exec_server,
     free_port,
@@ -32,21 +33,19 @@ from mlpipe.serving._server import (
 from mlpipe.serving._stack import Layer, front_door, request_stack
 
 if TYPE_CHECKING:
-    from mlpipe.serving._bentoml_patches import (
+    from mlpipe.serving._bentoml_private import (
         Batcher,
         bind_once,
-        guard_request_heads,
         scoring_service_class,
         span_headers,
     )
 
-# The BentoML patches import bentoml (seconds), which `mlpipe serve` and the demo,
-# importing this package for the launcher, must not pay: they load on first use.
-_BENTOML_PATCHES = frozenset(
+# `_bentoml_private` imports bentoml (seconds), which `mlpipe serve` and the demo, importing
+# this package for the launcher, must not pay: its names load on first use.
+_BENTOML_GLUE = frozenset(
     {
         "Batcher",
         "bind_once",
-        "guard_request_heads",
         "scoring_service_class",
         "span_headers",
     }
@@ -54,10 +53,10 @@ _BENTOML_PATCHES = frozenset(
 
 
 def __getattr__(name: str) -> Any:
-    if name in _BENTOML_PATCHES:
-        from mlpipe.serving import _bentoml_patches
+    if name in _BENTOML_GLUE:
+        from mlpipe.serving import _bentoml_private
 
-        return getattr(_bentoml_patches, name)
+        return getattr(_bentoml_private, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -66,6 +65,7 @@ __all__ = [
     "READY_LOG",
     "SERVICE",
     "UNAUTHORIZED",
+    "WORKER_ENV",
     "Admission",
     "AuthGateway",
     "Batch",
@@ -95,7 +95,6 @@ __all__ = [
     "exec_server",
     "free_port",
     "front_door",
-    "guard_request_heads",
     "request_stack",
     "scoring_service_class",
     "security_metrics",

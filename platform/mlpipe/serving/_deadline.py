@@ -10,7 +10,7 @@ scanned them: stalls of 200-700 ms that grew with the run and set the p99
 (decision 006). :class:`Deadline` keeps BentoML's contract
 (a 504 JSON answer if no response has started in time; none once it has) with
 ``asyncio.timeout``, whose timer is cancelled the moment the request is done.
-:class:`~mlpipe.serving._bentoml_patches.ScoringAppFactory` puts it in BentoML's place.
+:class:`~mlpipe.serving._bentoml_private.ScoringAppFactory` puts it in BentoML's place.
 """
 
 from __future__ import annotations

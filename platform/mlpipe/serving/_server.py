@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from mlpipe.config import Settings
 
 SERVICE = "service:Scoring"
+# The workers' environment, unless the server's sets it: optimized, where typeguard's
+# decorator is off by design (Feast's checks cost seconds of a start; decision 038).
+# `bentos/scoring/service.py` declares the same to BentoML, for `bentoml serve`.
+WORKER_ENV = {"PYTHONOPTIMIZE": "1"}
 _DRAIN_MARGIN_S = 5
 _REGISTRY_RETRIES = {  # the serving workers' MLflow client; the user's own values win
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
@@ -52,7 +56,7 @@ def server_command(
     port: int | None = None,
     workers: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
-    """(argv, env) that run ``bentoml serve`` on the scoring service for these settings.
+    """(argv, env) that run the scoring server (:mod:`mlpipe.serving._arbiter`) for these settings.
 
     On SIGTERM the server drains: each worker stops accepting, answers (and logs)
     what it has accepted, then closes its log segment in the shutdown hook. A
@@ -66,8 +70,7 @@ def server_command(
     argv = [
         sys.executable,
         "-m",
-        "bentoml",
-        "serve",
+        "mlpipe.serving._arbiter",
         SERVICE,
         "--working-dir",
         str(service_dir()),
@@ -75,6 +78,8 @@ def server_command(
         host,
         "--port",
         str(port),
+        "--workers",
+        str(workers or s.workers),
         "--timeout-graceful-shutdown",
         str(math.ceil(s.request_timeout_s) + _DRAIN_MARGIN_S),
     ]
@@ -177,7 +182,7 @@ class ScoringProcess:
 
     @property
     def pid(self) -> int:
-        """The ``bentoml serve`` process: the arbiter that owns the socket and the workers.
+        """The server's main process: the arbiter that owns the socket and the workers.
 
         This is the process a supervisor signals (Kubernetes and Docker send SIGTERM
         to the container's main process only); on SIGTERM it stops the workers, each
@@ -221,6 +226,7 @@ class ScoringProcess:
 
 __all__ = [
     "SERVICE",
+    "WORKER_ENV",
     "ScoringProcess",
     "exec_server",
     "free_port",

@@ -11,7 +11,7 @@ A request meets, in this order (before any of it, the worker's HTTP protocol,
    served request, and above saturation those refusals took
    the CPU the admitted requests needed (decision 009).
 2. BentoML's own middleware: its metrics (labelled by route, unknown paths as
-   ``other``: :class:`~mlpipe.serving._bentoml_patches.RouteMetrics`),
+   ``other``: :class:`~mlpipe.serving._bentoml_private.RouteMetrics`),
    OpenTelemetry (spans only when ``serving.tracing``; decision 013), and
    :class:`~mlpipe.serving.Deadline` where BentoML's ``TimeoutMiddleware``
    stood (decision 006; 504 at ``request_timeout_s`` + 5 s, behind the

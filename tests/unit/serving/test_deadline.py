@@ -93,5 +93,5 @@ def test_a_finished_request_leaves_nothing_behind():
 
 def test_bentomls_timeout_middleware_keeps_the_request_context_until_its_timer_fires():
     # Why Deadline replaces it (decision 006): if a BentoML upgrade fixes this, this test
-    # fails and the substitution (ScoringAppFactory, in serving/_bentoml_patches.py) can go.
+    # fails and the substitution (ScoringAppFactory, in serving/_bentoml_private.py) can go.
     assert _left_alive_after_request(TimeoutMiddleware)

@@ -1,4 +1,4 @@
-"""The launcher: argv and environment for `bentoml serve`, and the `mlpipe serve` command."""
+"""The launcher: argv and environment for the server (`_arbiter`), and `mlpipe serve`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from mlpipe.serving import server_command, service_dir
 def test_server_command_passes_home_and_overrides(tmp_path: Path) -> None:
     settings = load_settings(home=tmp_path)
     argv, env = server_command(settings, port=4123, workers=3)
-    assert argv[1:5] == ["-m", "bentoml", "serve", "service:Scoring"]
+    assert argv[1:4] == ["-m", "mlpipe.serving._arbiter", "service:Scoring"]
+    assert argv[argv.index("--workers") + 1] == "3"
     assert argv[argv.index("--working-dir") + 1] == str(service_dir())
     assert argv[argv.index("--port") + 1] == "4123"
     assert env["MLPIPE_HOME"] == str(tmp_path.resolve())

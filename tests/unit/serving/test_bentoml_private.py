@@ -1,16 +1,17 @@
-"""The BentoML private API that ``mlpipe.serving._bentoml_patches`` uses, and the app built.
+"""The BentoML private API that ``mlpipe.serving._bentoml_private`` uses, and the app built.
 
 bentoml is pinned; these tests fail on an upgrade that moves or changes any of
 the private names the module uses, and if the service's app stops being built
 the way it intends (Deadline in the timeout middleware's place, the front door
 around the whole app, the batcher holding the app's factory), or if loading the
-service replaces any of BentoML's names but the one it must (``uvicorn.Config``).
+service replaces any of BentoML's or uvicorn's names.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -19,14 +20,17 @@ import pytest
 import uvicorn
 from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_impl.worker import service as bentoml_worker
-from bentoml._internal.context import trace_context
+from bentoml._internal.context import server_context, trace_context
+from bentoml._internal.log import SERVER_LOGGING_CONFIG
 from bentoml._internal.server.http import instruments, traffic
+from bentoml.serving import ensure_prometheus_dir
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from mlpipe.serving import Deadline, FrontDoor, OverloadGate, PredictGateway
-from mlpipe.serving._bentoml_patches import RouteMetrics, ScoringAppFactory
+from mlpipe.serving import WORKER_ENV, Deadline, FrontDoor, OverloadGate, PredictGateway
+from mlpipe.serving._bentoml_private import RouteMetrics, ScoringAppFactory, enter_worker_context
 from mlpipe.serving._header_guard import HeadGuard
 from mlpipe.serving._metrics import OTHER_ENDPOINT, EndpointLabels
+from mlpipe.serving._worker import worker_config
 
 SERVICE = Path(__file__).resolve().parents[3] / "bentos" / "scoring" / "service.py"
 # BentoML's names as this module found them: loading the service must leave them be
@@ -34,6 +38,7 @@ BENTOML_NAMES = (
     traffic.TimeoutMiddleware,
     instruments.RunnerTrafficMetricsMiddleware,
     bentoml.Service.to_asgi,
+    uvicorn.Config,
 )
 
 
@@ -41,7 +46,7 @@ def _parameters(func: object) -> list[str]:
     return list(inspect.signature(func).parameters)  # type: ignore[arg-type]
 
 
-# -- the private names, as the patches use them --
+# -- the private names, as `_bentoml_private` uses them --
 
 
 def test_bentomls_factory_lists_the_two_middleware_mlpipe_stands_in_for() -> None:
@@ -58,7 +63,7 @@ def test_bentomls_factory_lists_the_two_middleware_mlpipe_stands_in_for() -> Non
     assert _parameters(traffic.TimeoutMiddleware) == _parameters(Deadline) == ["app", "timeout"]
 
 
-def test_the_app_factory_builds_and_batches_as_the_patches_call_it() -> None:
+def test_the_app_factory_builds_and_batches_as_mlpipe_calls_it() -> None:
     assert _parameters(ServiceAppFactory)[:2] == ["service", "is_main"]
     assert _parameters(ServiceAppFactory.__call__) == ["self"]
     assert _parameters(ServiceAppFactory.batch_infer) == [
@@ -101,14 +106,41 @@ def test_service_class_is_bentomls_extension_point() -> None:
     assert "service_class" in _parameters(bentoml.service)
 
 
-def test_the_worker_builds_uvicorns_config_after_loading_the_service() -> None:
-    # guard_request_heads replaces uvicorn.Config; the worker must look it up after the
-    # service is imported, and leave the protocol to it
+def test_mlpipes_worker_fills_the_server_context_bentomls_fills() -> None:
+    """What BentoML's worker sets before building the app, mlpipe's sets too: the
+    context's fields (its metrics and log lines read them) and the logging config."""
     source = inspect.getsource(bentoml_worker.main.callback)  # type: ignore[arg-type]
-    assert "import uvicorn" in source
-    assert source.index("service = load(") < source.index("config = uvicorn.Config(")
-    assert "http=" not in source
-    assert "http" in _parameters(uvicorn.Config)
+    assigned = set(re.findall(r"server_context\.(\w+) =", source))
+    assert assigned == {
+        "worker_index",
+        "service_type",
+        "service_name",
+        "service_routes",
+        "bento_name",
+        "bento_version",
+    }
+    assert "configure_server_logging()" in source
+    assert set(SERVER_LOGGING_CONFIG) >= {"version", "handlers", "loggers", "root"}
+    assert _parameters(ensure_prometheus_dir)[:2] == ["directory", "clean"]
+
+
+def test_enter_worker_context_sets_what_the_worker_index_and_labels_read() -> None:
+    @bentoml.service(name="labelled")
+    class Labelled:
+        @bentoml.api(route="/echo")
+        def echo(self, text: str) -> str:  # pragma: no cover
+            return text
+
+    before = {k: getattr(server_context, k) for k in ("worker_index", "service_name")}
+    try:
+        enter_worker_context(Labelled, 3)
+        assert server_context.worker_index == 3
+        assert server_context.service_name == server_context.bento_name == "labelled"
+        assert server_context.bento_version == "not available"
+        assert server_context.service_routes == ["/echo"]
+    finally:
+        for key, value in before.items():
+            setattr(server_context, key, value)
 
 
 def test_the_httptools_protocol_has_what_the_head_guard_extends() -> None:
@@ -133,8 +165,7 @@ def test_the_trace_context_holds_the_span_id() -> None:
 
 @pytest.fixture
 def service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """The service module, loaded fresh; the one name it replaces is restored afterwards."""
-    monkeypatch.setattr(uvicorn, "Config", uvicorn.Config)
+    """The service module, loaded fresh."""
     monkeypatch.setenv("MLPIPE_SERVING__MAX_HEADER_BYTES", "8192")
     monkeypatch.setenv("MLPIPE_SERVING__HEADER_TIMEOUT_S", "3")
     monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
@@ -158,14 +189,17 @@ def test_loading_the_service_replaces_none_of_bentomls_names(service: ModuleType
         traffic.TimeoutMiddleware,
         instruments.RunnerTrafficMetricsMiddleware,
         bentoml.Service.to_asgi,
+        uvicorn.Config,
     ) == BENTOML_NAMES
 
 
 def test_the_workers_run_optimized_unless_the_environment_says(service: ModuleType) -> None:
-    """BentoML gives each worker the service's run-time ``envs`` (a value already in the
-    environment wins); optimized, typeguard's decorator, and so Feast's checks, are off."""
+    """mlpipe's arbiter, and BentoML's under ``bentoml serve``, give each worker these
+    (a value already in the environment wins); optimized, typeguard's decorator, and so
+    Feast's checks, are off."""
     envs = {e.name: (e.value, e.stage) for e in service.Scoring.envs}
     assert envs["PYTHONOPTIMIZE"][0] == "1" and envs["PYTHONOPTIMIZE"][1] != "build"
+    assert {name: value for name, (value, _) in envs.items()} == WORKER_ENV
 
 
 def test_deadline_stands_where_bentomls_timeout_middleware_stood(service: ModuleType) -> None:
@@ -198,13 +232,20 @@ def test_routes_label_the_services_paths_and_everything_else_is_other(
 def test_the_worker_serves_with_the_head_guard_at_the_settings_bounds(
     service: ModuleType,
 ) -> None:
-    config = uvicorn.Config(app=service.Scoring.to_asgi())
+    config = worker_config(service.Scoring.to_asgi(), backlog=16, graceful_s=7)
     config.load()
     protocol = config.http_protocol_class
     assert issubclass(protocol, HeadGuard)
     assert (protocol.max_bytes, protocol.timeout_s) == (8192, 3.0)
-    # a protocol named explicitly still wins
-    assert uvicorn.Config(app=None, http="h11").http == "h11"
+    assert (config.backlog, config.timeout_graceful_shutdown, config.server_header) == (
+        16,
+        7,
+        False,
+    )
+    # BentoML's own config is built without a protocol: uvicorn's default, unguarded
+    plain = uvicorn.Config(app=service.Scoring.to_asgi())
+    plain.load()
+    assert not issubclass(plain.http_protocol_class, HeadGuard)
 
 
 def test_mlpipes_middleware_stand_in_the_stacks_order(service: ModuleType) -> None:

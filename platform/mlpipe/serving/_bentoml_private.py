@@ -1,7 +1,7 @@
 """Every use of BentoML's private API, in one file.
 
 bentoml is pinned (1.4.x). What this module touches is not BentoML's public
-API, so an upgrade may move or change it; ``tests/unit/serving/test_bentoml_patches.py``
+API, so an upgrade may move or change it; ``tests/unit/serving/test_bentoml_private.py``
 asserts that each name still exists with the signature used here, so an
 upgrade fails there, loudly, rather than in a running server.
 
@@ -27,12 +27,11 @@ factory, subclassed), so nothing of BentoML's is replaced for anyone else.
   (decision 014).
 - :func:`span_headers`: the ``X-BentoML-Request-ID`` header BentoML's route
   adds when tracing, from its trace context.
-- :func:`guard_request_heads`: BentoML's worker builds its ``uvicorn.Config``
-  after importing the service, with uvicorn's httptools protocol, which bounds
-  neither a request head's size nor its time; the worker gets
-  :class:`~mlpipe.serving._header_guard.HeadGuard` instead (issue 23, item 4;
-  decision 025). The one global replacement this module still makes: BentoML's worker takes no
-  protocol and gives its app no way to reach the config (decision 037).
+- :func:`configure_worker_logging`, :func:`enter_worker_context`,
+  :func:`fresh_metrics_dir`: what BentoML's worker and arbiter do around a
+  service, for mlpipe's own (:mod:`mlpipe.serving._worker`,
+  :mod:`mlpipe.serving._arbiter`), which start uvicorn with the head guard as
+  its protocol (decision 039).
 
 This module imports bentoml (seconds); :mod:`mlpipe.serving` loads it only when
 one of these names is first asked for, which only the service does.
@@ -40,27 +39,28 @@ one of these names is first asked for, which only the service does.
 
 from __future__ import annotations
 
+import logging.config
 import re
 from typing import Any
 
 import bentoml
-import uvicorn
 from _bentoml_impl.server.app import ServiceAppFactory
-from bentoml._internal.context import trace_context
+from bentoml._internal.context import server_context, trace_context
+from bentoml._internal.log import SERVER_LOGGING_CONFIG
 from bentoml._internal.server.http.instruments import RunnerTrafficMetricsMiddleware
 from bentoml._internal.server.http.traffic import TimeoutMiddleware
+from bentoml._internal.utils.uri import join_paths
+from bentoml.serving import ensure_prometheus_dir
 from starlette.middleware import Middleware
 from starlette.routing import compile_path
 
 from mlpipe.serving._asgi import ASGIApp, Receive, Scope, Send
 from mlpipe.serving._deadline import Deadline
-from mlpipe.serving._header_guard import HeadGuard
 from mlpipe.serving._metrics import EndpointLabels
 from mlpipe.serving._oip_schema import openapi
 from mlpipe.serving._schema import PredictRequest
 from mlpipe.serving._stack import Layer
 
-_UvicornConfig = uvicorn.Config
 _RAW_PATH = "mlpipe.raw_path"  # the scope's path while BentoML's metrics see its label
 
 
@@ -175,26 +175,32 @@ _REPLACEMENTS: dict[Any, Any] = {
 }
 
 
-class _GuardedConfig(_UvicornConfig):
-    """uvicorn's Config with :attr:`protocol` as the HTTP protocol unless one is named."""
-
-    protocol: type[HeadGuard] = HeadGuard
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("http", self.protocol)
-        super().__init__(*args, **kwargs)
+def configure_worker_logging() -> None:
+    """BentoML's logging for a server's worker (its format, levels and handler on stderr),
+    leaving the loggers made before it enabled: ``mlpipe.serving``'s are, as the worker is
+    a module of that package (BentoML's own worker configures before importing anything)."""
+    logging.config.dictConfig({**SERVER_LOGGING_CONFIG, "disable_existing_loggers": False})
 
 
-def guard_request_heads(max_bytes: int, timeout_s: float) -> None:
-    """Have BentoML's worker serve with :class:`HeadGuard` at these bounds (0 lifts one).
+def enter_worker_context(service: bentoml.Service[Any], worker_id: int) -> None:
+    """Fill BentoML's server context as its worker does before building the app: the
+    worker's index (mlpipe's service reads it), the names its metrics are labelled with."""
+    server_context.worker_index = worker_id
+    server_context.service_type = "entry_service"
+    server_context.service_name = service.name
+    server_context.service_routes = [
+        join_paths(service.path_prefix, api.route) for api in service.apis.values()
+    ]
+    tag = service.bento.tag if service.bento is not None else None
+    server_context.bento_name = tag.name if tag is not None else service.name
+    server_context.bento_version = (tag.version if tag is not None else None) or "not available"
 
-    With both 0 the worker keeps uvicorn's own protocol: only for measuring the
-    guard (decision 025).
-    """
-    if not max_bytes and not timeout_s:
-        return
-    _GuardedConfig.protocol = HeadGuard.bounded(max_bytes, timeout_s)
-    uvicorn.Config = _GuardedConfig  # type: ignore[misc]
+
+def fresh_metrics_dir() -> str:
+    """BentoML's Prometheus multiprocess directory, emptied: what a server's arbiter does
+    before its workers start (each worker's metrics go there, ``/metrics`` reads them all)."""
+    directory: str = ensure_prometheus_dir()
+    return directory
 
 
 __all__ = [
@@ -202,7 +208,9 @@ __all__ = [
     "RouteMetrics",
     "ScoringAppFactory",
     "bind_once",
-    "guard_request_heads",
+    "configure_worker_logging",
+    "enter_worker_context",
+    "fresh_metrics_dir",
     "scoring_service_class",
     "span_headers",
 ]

@@ -1,0 +1,38 @@
+"""One worker's uvicorn settings: the head guard as its protocol, at the settings' bounds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlpipe.serving._header_guard import HeadGuard
+from mlpipe.serving._worker import KEEP_ALIVE_S, http_protocol, worker_config
+
+
+async def _app(scope: object, receive: object, send: object) -> None:  # pragma: no cover
+    pass
+
+
+def test_the_protocol_is_the_head_guard_at_these_bounds() -> None:
+    protocol = http_protocol(1024, 2.5)
+    assert isinstance(protocol, type) and issubclass(protocol, HeadGuard)
+    assert (protocol.max_bytes, protocol.timeout_s) == (1024, 2.5)
+    only_size = http_protocol(1024, 0)
+    assert isinstance(only_size, type) and only_size.timeout_s == 0
+
+
+def test_both_bounds_lifted_is_uvicorns_own_protocol() -> None:
+    assert http_protocol(0, 0) == "auto"  # for measuring the guard (decision 025)
+
+
+def test_the_config_reads_the_serving_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
+    monkeypatch.setenv("MLPIPE_SERVING__MAX_HEADER_BYTES", "0")
+    monkeypatch.setenv("MLPIPE_SERVING__HEADER_TIMEOUT_S", "0")
+    config = worker_config(_app, backlog=32, graceful_s=None)
+    assert config.http == "auto"
+    assert (config.backlog, config.workers, config.timeout_keep_alive) == (32, 1, KEEP_ALIVE_S)
+    assert config.log_config is None and not config.server_header
