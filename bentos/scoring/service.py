@@ -85,8 +85,13 @@ class Scoring:
         max_batch_size=_s.max_batch_size,
         max_latency_ms=_s.max_latency_ms,
     )
-    async def predict(self, requests: list[PredictRequest], /) -> list[dict[str, Any]]:
+    async def predict(self, requests: list[PredictRequest], /) -> list[Any]:
         """Score the batch on the worker's event loop, not in BentoML's thread pool.
+
+        The gateway (``/predict``, one request) and the protocol layer (``/v2``, the
+        rows of an infer request) call this through BentoML's batcher, never over
+        HTTP: each request's answer, or a ``/v2`` row's scored item, which the protocol
+        layer answers and logs with the request's other rows (decision 024).
 
         The batch is CPU work under the GIL either way, so the loop loses no
         concurrency; in a thread each batch also waited for a worker thread to

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging.config
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import bentoml
@@ -56,6 +57,7 @@ from starlette.routing import compile_path
 
 from mlpipe.serving._asgi import ASGIApp, Receive, Scope, Send
 from mlpipe.serving._deadline import Deadline
+from mlpipe.serving._item import Scored
 from mlpipe.serving._metrics import EndpointLabels
 from mlpipe.serving._oip_schema import openapi
 from mlpipe.serving._schema import PredictRequest
@@ -72,11 +74,12 @@ class Batcher:
     def __init__(self, api: str = "predict") -> None:
         self.api = api
 
-    async def __call__(self, req: PredictRequest) -> dict[str, Any]:
+    async def __call__(self, reqs: Sequence[PredictRequest]) -> list[Scored]:
+        """Each request's result, in order; the batcher may split ``reqs`` over batches and
+        put other callers' requests in the same ones (its ``max_batch_size``)."""
         assert self.factory is not None, "the gateway runs inside the app the factory built"
-        (answer,) = await self.factory.batch_infer(self.api, ([req],), {})
-        result: dict[str, Any] = answer
-        return result
+        results: list[Scored] = await self.factory.batch_infer(self.api, (list(reqs),), {})
+        return results
 
 
 class ScoringAppFactory(ServiceAppFactory):  # type: ignore[misc]  # bentoml is untyped

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -66,6 +66,7 @@ from mlpipe.serving._error_bodies import (
     status_of,
 )
 from mlpipe.serving._ids import invisible_character_problem, new_request_id
+from mlpipe.serving._item import Scored
 from mlpipe.serving._refusal import refuse
 from mlpipe.serving._runtime import RuntimeSlot
 from mlpipe.serving._schema import (
@@ -105,8 +106,21 @@ _ERRORS = {
 
 _OVERLOADED = HTTP_STATUS[Overloaded]  # BentoML's batcher refuses with its own 503
 
-# Answers one request as part of a batch: BentoML's adaptive batcher in the service.
-Batch = Callable[[PredictRequest], Awaitable[dict[str, Any]]]
+# Answers requests as part of batches, each in its place: BentoML's adaptive batcher in
+# the service. A /predict is handed over alone, the rows of a /v2 infer request together.
+Batch = Callable[[Sequence[PredictRequest]], Awaitable[list[Scored]]]
+
+
+def batch_refusal(exc: Exception, what: str) -> dict[str, Any]:
+    """The error body for a batcher call that raised: the batcher's own refusal (503,
+    overloaded: it would miss ``serving.max_latency_ms``), or a failed batch (500;
+    ``what`` and the traceback go to the server log)."""
+    status = status_of(exc)
+    if status == _OVERLOADED:
+        return error_body(str(exc), status)
+    if status >= 500:
+        logger.exception(what)
+    return error_body("the batch failed; see the server log", status)
 
 
 def parse_request(data: bytes | dict[str, Any]) -> PredictRequest:
@@ -194,17 +208,12 @@ class PredictGateway:
     async def _answer(self, send: Send, req: PredictRequest, started: float) -> None:
         """Hand ``req`` to the batcher and answer with its result, or its error's status."""
         try:
-            result = await self.batch(req)
+            (result,) = await self.batch([req])
         except Exception as exc:  # the batcher's refusal (503) or a failed batch (500)
-            status = status_of(exc)
-            if status == _OVERLOADED:
-                body = error_body(str(exc), status)
-            else:
-                if status >= 500:
-                    logger.exception("batch with request %s failed", req.request_id)
-                body = error_body("the batch failed; see the server log", status)
+            body = batch_refusal(exc, f"batch with request {req.request_id} failed")
             await refuse(self.runtime, send, {**body, "request_id": req.request_id})
             return
+        assert isinstance(result, dict), "a request of its own is answered by its batch"
         if "error" in result:
             await refuse(self.runtime, send, result)
             return

@@ -1,9 +1,10 @@
 """One request on its way through a batch (:class:`Item`), its routing key and logged
-entity, and the two rules over a batch's items: which are logged, and failing together."""
+entity, the rows of one client request (:class:`Together`), and the two rules over a
+batch's items: which are logged, and failing together."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +59,26 @@ def routing_key(served: ServingModel, req: PredictRequest) -> str:
     return entity_key(entity) if entity else f"request_id={req.request_id}"
 
 
+@dataclass(frozen=True, eq=False)
+class Together:
+    """The rows of one client request (an Open Inference Protocol infer): answered and
+    logged all or none (decision 024).
+
+    Each row goes through the batcher as a request of its own
+    (:meth:`~mlpipe.serving.PredictRequest.joining`), in BentoML's batches beside
+    other requests, and is scored against ``models``, the generation loaded when
+    the client request began; the batch hands the row back as its scored
+    :class:`Item`, neither answered nor logged, and
+    :meth:`~mlpipe.serving.ScoringPipeline.finish_together` answers and logs the
+    rows as one.
+    """
+
+    models: Mapping[str, ServingModel]
+
+
+Scored = dict[str, Any] | Item  # a batch's result for a request: its answer, or a row's Item
+
+
 def logged(items: Sequence[Item]) -> list[Item]:
     """The items whose rows go to the log: the answered and the timed out."""
     return [it for it in items if it.error is None or it.status == "timeout"]
@@ -73,4 +94,12 @@ def fail_together(items: Sequence[Item]) -> None:
             it.error = failed.error  # not logged: only answers (and timeouts) are
 
 
-__all__ = ["Item", "fail_together", "join_entity", "logged", "routing_key"]
+__all__ = [
+    "Item",
+    "Scored",
+    "Together",
+    "fail_together",
+    "join_entity",
+    "logged",
+    "routing_key",
+]

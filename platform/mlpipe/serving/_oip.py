@@ -71,10 +71,10 @@ from mlpipe.serving._error_bodies import (
     NoSuchEndpoint,
     NotReady,
     RateLimited,
-    ServerFailure,
     error_for,
 )
-from mlpipe.serving._gateway import admit, parse_request
+from mlpipe.serving._gateway import Batch, admit, batch_refusal, parse_request
+from mlpipe.serving._item import Together
 from mlpipe.serving._oip_codec import (
     ProtocolError,
     check_shared,
@@ -93,19 +93,21 @@ from mlpipe.serving._runtime import RuntimeSlot, ServingRuntime
 
 logger = logging.getLogger("mlpipe.serving.oip")
 
-# Rows checked and scored at a time, the event loop free between: a 1,024-row request
-# scored in one go held the worker's loop, and every other tenant's requests, for as long
-# as it took (issue 29, item 8). A few times BentoML's batches (decision 020), so a big
-# request costs few more online-store calls than one.
+# Rows checked at a time, the event loop free between: a 1,024-row request held the
+# worker's loop, and every other tenant's requests, for as long as it took (issue 29,
+# item 8). They are scored in BentoML's batches, beside other requests.
 CHUNK_ROWS = 64
 
 
 class InferenceProtocol:
     """Wraps the app below the auth layer; only paths under ``/v2`` are touched."""
 
-    def __init__(self, app: ASGIApp, *, runtime: RuntimeSlot, max_rows: int = 1024) -> None:
+    def __init__(
+        self, app: ASGIApp, *, runtime: RuntimeSlot, batch: Batch, max_rows: int = 1024
+    ) -> None:
         self.app = app
         self.runtime = runtime
+        self.batch = batch
         self.max_rows = max_rows
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -158,7 +160,8 @@ class InferenceProtocol:
     # -- infer --
 
     async def _infer(self, scope: Scope, receive: Receive, send: Send, served: Any) -> None:
-        """Score the request's rows as one batch: all answered, or none (and none logged)."""
+        """Score the request's rows in the batcher's batches, then answer and log them as
+        one: all answered, or none (and none logged)."""
         started = time.perf_counter()
         body = await read_body(scope, receive)  # the intake held it to max_body_bytes
         header_len = header_length(_header(scope, b"inference-header-content-length"))
@@ -169,11 +172,13 @@ class InferenceProtocol:
         check_shared(served, requested_outputs(request, outputs))
         ctx = context_of(scope)
         try:
+            # the generation loaded now scores every row (a reload replaces it whole)
+            together = Together(self.runtime.ready_runtime().pipeline.loader.models)
             requests = []
             for i, row in enumerate(rows):
                 if i % CHUNK_ROWS == 0:  # decoding the tensors was the first piece
                     await asyncio.sleep(0)
-                requests.append(admit(self.runtime, parse_request(row), ctx))
+                requests.append(admit(self.runtime, parse_request(row), ctx).joining(together))
         except MlpipeError as exc:
             await refuse(self.runtime, send, error_for(exc))
             return
@@ -183,12 +188,10 @@ class InferenceProtocol:
             await refuse(self.runtime, send, *over_limit)
             return
         try:
-            answers = await rt.pipeline.predict_together_async(requests, chunk=CHUNK_ROWS)
-        except Exception:  # a bug, not the request: the server log has it, the client a 500
-            logger.exception("infer request of %d rows for %s failed", len(requests), served.name)
-            await refuse(
-                self.runtime, send, error_for(ServerFailure("the batch failed; see the server log"))
-            )
+            answers = await rt.pipeline.finish_together(await self.batch(requests))
+        except Exception as exc:  # the batcher's refusal (503) or a failed batch (500)
+            what = f"infer request of {len(requests)} rows for {served.name} failed"
+            await refuse(self.runtime, send, batch_refusal(exc, what))
             return
         failed = next((a for a in answers if "error" in a), None)
         if failed is not None:

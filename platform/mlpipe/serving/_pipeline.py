@@ -22,8 +22,10 @@ A request that fails at a stage carries its error (``Item.error``, an
 :class:`~mlpipe.errors.MlpipeError`) to the end: it is answered with that error's
 body (:func:`~mlpipe.serving._error_bodies.error_for`, the one table from class to
 status) and not logged. The rows of one Open Inference Protocol
-request are scored as one batch ``together``: one failed row fails them all, and
-none is logged as answered.
+request (:class:`~mlpipe.serving._item.Together`) are scored in these batches
+beside other requests, then answered and logged as one by
+:meth:`ScoringPipeline.finish_together`: one failed row fails them all, and none
+is logged as answered.
 
 A request still unanswered ``serving.request_timeout_s`` after it arrived
 (it queued too long) gets 504 and is logged with status ``timeout``, never as
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.errors import MlpipeError, NotFound
@@ -45,9 +47,9 @@ from mlpipe.serving._answers import response
 from mlpipe.serving._caches import LRUCache
 from mlpipe.serving._error_bodies import ModelUnavailable, TimedOut, error_for
 from mlpipe.serving._feature_stage import FeatureStage
-from mlpipe.serving._generations import GenerationLoader, ServingModel
+from mlpipe.serving._generations import GenerationLoader
 from mlpipe.serving._input_checks import check_inputs
-from mlpipe.serving._item import Item, fail_together, logged, routing_key
+from mlpipe.serving._item import Item, Scored, fail_together, logged, routing_key
 from mlpipe.serving._log_failures import LogFailurePolicy
 from mlpipe.serving._log_rows import LogRows
 from mlpipe.serving._online_features import FeatureFetcher, OnlineFeatureFetcher
@@ -61,12 +63,31 @@ if TYPE_CHECKING:
     from mlpipe.serving._metrics import ServingMetrics
 
 
+_ROW_CHUNK = 64  # log rows built at a time by finish_together, the event loop free between
+
+
 def _unserved(loader: GenerationLoader, name: str) -> MlpipeError:
     """The error for a model this worker holds no generation of (it went meanwhile)."""
     failure = loader.failures.get(name)
     if failure is not None:
         return ModelUnavailable(failure.message(name))
     return NotFound(f"model {name!r} is not deployed here")
+
+
+def _own_and_rows(items: list[Item]) -> tuple[list[Item], list[Item]]:
+    """(the batch's requests of their own, the rows of client requests) among ``items``."""
+    own = [it for it in items if it.req.together is None]
+    if len(own) == len(items):
+        return own, []
+    return own, [it for it in items if it.req.together is not None]
+
+
+def _handing_back(answers: list[dict[str, Any]], rows: list[Item]) -> list[Scored]:
+    """``answers``, with each row of a client request handed back as its scored item."""
+    scored: list[Scored] = list(answers)
+    for it in rows:
+        scored[it.index] = it
+    return scored
 
 
 class ScoringPipeline:
@@ -114,88 +135,68 @@ class ScoringPipeline:
 
     # -- the batch --
 
-    def predict_batch(
-        self, requests: Sequence[PredictRequest], *, together: bool = False
-    ) -> list[dict[str, Any]]:
-        """One response (or error body with ``status``) per request, in order.
+    def predict_batch(self, requests: Sequence[PredictRequest]) -> list[Scored]:
+        """One response (or error body with ``status``) per request, in order; for a row
+        of a client request (``req.together``), its scored :class:`Item` instead, which
+        :meth:`finish_together` answers and logs with the request's other rows.
 
         The rows of every answered request are in the prediction log (an OS
         write) before this returns; if that write fails, it raises and no
-        request of the batch is answered. ``together``: the requests are the
-        rows of one client request (an Open Inference Protocol infer), answered
-        all or not at all: when one cannot be answered, none is, and none is
-        logged as answered.
+        request of the batch is answered.
         """
-        unserved, items = self._score_batch(requests, together)
-        self._append(items)
-        return self._answer(unserved, items)
+        unserved, items = self._score_batch(requests)
+        own, rows = _own_and_rows(items)
+        self._append(own)
+        return _handing_back(self._answer(unserved, own), rows)
 
-    async def predict_batch_async(
-        self, requests: Sequence[PredictRequest], *, together: bool = False
-    ) -> list[dict[str, Any]]:
+    async def predict_batch_async(self, requests: Sequence[PredictRequest]) -> list[Scored]:
         """:meth:`predict_batch` on the event loop, the log written by :meth:`_log`.
 
         The batch is scored on the loop as before; with a sink that waits on the
         network (Kafka's acks) the loop scores the next batch while the log thread
         waits. The contract is the same: nothing is answered before its row is logged.
         """
-        unserved, items = self._score_batch(requests, together)
-        await self._log(items)
-        return self._answer(unserved, items)
+        unserved, items = self._score_batch(requests)
+        own, rows = _own_and_rows(items)
+        await self._log(own)
+        return _handing_back(self._answer(unserved, own), rows)
 
-    async def predict_together_async(
-        self, requests: Sequence[PredictRequest], *, chunk: int
-    ) -> list[dict[str, Any]]:
-        """:meth:`predict_batch` with ``together``, ``chunk`` requests at a time, the event
-        loop free between chunks.
+    async def finish_together(self, scored: Sequence[Scored]) -> list[dict[str, Any]]:
+        """Answer the rows of one client request, scored by the batches (:meth:`predict_batch`
+        hands each back as its :class:`Item`), and log them in one write: all or none.
 
-        For the rows of one Open Inference Protocol request (up to 1,024): scored in
-        one go they held the worker's loop, and every other tenant's requests, for as
-        long as the whole request took (issue 29, item 8). Every chunk is scored
-        against the generation loaded when the request began; the rows are logged in
-        one write after the last chunk (on the log thread for a sink that waits for
-        acks, as :meth:`predict_batch_async`), so still none is logged unless all are
-        answered. ``mlpipe_pipeline_batch_size`` sees the chunks.
+        A row that failed (or a model gone meanwhile: its error body) fails every row,
+        and none is logged. The log rows are built ``_ROW_CHUNK`` at a time, the event
+        loop free between chunks (1,024 rows took ~6 ms in one go).
         """
         import asyncio
 
-        models = self.loader.models  # replaced whole on a reload: one generation throughout
-        unserved: list[MlpipeError | None] = []
-        items: list[Item] = []
-        for start in range(0, len(requests), chunk):
-            if start:
-                await asyncio.sleep(0)  # let the loop serve what came meanwhile
-            part, scored = self._score_batch(requests[start : start + chunk], False, models)
-            for it in scored:
-                it.index += start
-            unserved += part
-            items += scored
-        gone = next((e for e in unserved if e is not None), None)  # the model went: none answers
-        for it in items:
-            if gone is not None and it.error is None:
-                it.error = gone
+        gone = next((s for s in scored if not isinstance(s, Item)), None)
+        if gone is not None:
+            return [gone for _ in scored]
+        items = [s for s in scored if isinstance(s, Item)]
+        for i, it in enumerate(items):
+            it.index = i
         fail_together(items)
-        records: list[PredictionRecord] = []  # a chunk at a time too: 1,024 took ~6 ms
-        for start in range(0, len(items), chunk):
+        records: list[PredictionRecord] = []
+        for start in range(0, len(items), _ROW_CHUNK):
             await asyncio.sleep(0)
-            records += self._rows.of(items[start : start + chunk])
+            records += self._rows.of(items[start : start + _ROW_CHUNK])
         await self._log(items, records)
         await asyncio.sleep(0)
-        return self._answer(unserved, items)
+        return self._answer([None] * len(items), items)
 
     def _score_batch(
-        self,
-        requests: Sequence[PredictRequest],
-        together: bool,
-        models: Mapping[str, ServingModel] | None = None,
+        self, requests: Sequence[PredictRequest]
     ) -> tuple[list[MlpipeError | None], list[Item]]:
         """Route, fetch features and score: (for each request, the error when no model of
-        its name is served here, else None; the items scored)."""
+        its name is served here, else None; the items scored). A row of a client request
+        is routed in the generation that request began with."""
         unserved: list[MlpipeError | None] = [None] * len(requests)
         items: list[Item] = []
-        models = self.loader.models if models is None else models
         for i, req in enumerate(requests):
-            served = models.get(req.model)
+            together = req.together
+            served = (self.loader.models if together is None else together.models).get(req.model)
             if served is None:
                 unserved[i] = _unserved(self.loader, req.model)
                 continue
@@ -207,8 +208,6 @@ class ScoringPipeline:
         self._features.fill(items)
         self._scorer.score(items)
         self._expire(items)
-        if together:
-            fail_together(items)
         return unserved, items
 
     def _answer(
@@ -259,6 +258,8 @@ class ScoringPipeline:
             self._append(items, records)
             return
         held = logged(items)
+        if not held:
+            return
         try:
             await asyncio.wrap_future(
                 self._log_group.submit(records if records is not None else self._rows.of(held))
@@ -270,6 +271,8 @@ class ScoringPipeline:
         """Log answered and timed-out requests (``records``, when already built from
         ``items``) in one write; apply the write-error policy."""
         held = logged(items)
+        if not held:  # a batch of rows of client requests only, or of refusals
+            return
         try:
             self.sink.append(records if records is not None else self._rows.of(held))
         except Exception as exc:

@@ -7,12 +7,13 @@ gain fields.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -20,6 +21,9 @@ from pydantic import (
 )
 from pydantic.config import JsonDict
 from pydantic.json_schema import SkipJsonSchema
+
+if TYPE_CHECKING:
+    from mlpipe.serving._item import Together
 
 # Strings the prediction log keeps carry no control character: the JSON schema says so
 # (for clients and fuzzers), and the gateway refuses one with 400 (control_character_problem).
@@ -74,6 +78,20 @@ class PredictRequest(BaseModel):
     tenant: Annotated[StrictStr, Field(max_length=100)] = "default"
     received_ns: int = 0
     pin: Literal["champion", "canary"] | None = None
+    # The client request this is a row of (set by the protocol layer); not part of the
+    # wire contract: a private attribute is neither read from a body nor in the schema.
+    _together: Together | None = PrivateAttr(default=None)
+
+    @property
+    def together(self) -> Together | None:
+        """The rows this request is one of (:class:`~mlpipe.serving._item.Together`), if any."""
+        return self._together
+
+    def joining(self, together: Together) -> PredictRequest:
+        """A copy of this request as a row of ``together``."""
+        row = self.model_copy()
+        row._together = together
+        return row
 
 
 class PredictResponse(BaseModel):

@@ -111,7 +111,7 @@ def request_stack(
                 "runtime": runtime,
             },
         ),
-        Layer(InferenceProtocol, {"runtime": runtime}),
+        Layer(InferenceProtocol, {"runtime": runtime, "batch": batch}),
         Layer(
             OverloadGate,
             {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +26,7 @@ from mlpipe.serving import (
     ServingRuntime,
     serving_metrics,
 )
+from mlpipe.serving._item import Item, Together
 
 
 @dataclass(frozen=True)
@@ -308,11 +310,15 @@ def test_ready_once_every_model_was_loaded_or_refused(tmp_path: Path) -> None:
 # -- the gateway (ASGI middleware) in front of a stand-in for BentoML's batch endpoint --
 
 
-def _batch_of(rt: ServingRuntime) -> Any:
-    """The service's batcher without BentoML: a batch of one, straight to the pipeline."""
+def _batch_of(rt: ServingRuntime, size: int = 16) -> Any:
+    """The service's batcher without BentoML: the requests in batches of ``size`` (as
+    BentoML's splits a call over its ``max_batch_size``), straight to the pipeline."""
 
-    async def batch(req: PredictRequest) -> dict[str, Any]:
-        return rt.pipeline.predict_batch([req])[0]
+    async def batch(reqs: Sequence[PredictRequest]) -> list[Any]:
+        scored: list[Any] = []
+        for start in range(0, len(reqs), size):
+            scored += await rt.pipeline.predict_batch_async(reqs[start : start + size])
+        return scored
 
     return batch
 
@@ -333,7 +339,7 @@ def gateway(rt: ServingRuntime, **kw: Any) -> RequestIntake:
 
 def protocol(rt: ServingRuntime) -> InferenceProtocol:
     """The Open Inference Protocol layer in front of the gateway, as in the service's stack."""
-    return InferenceProtocol(gateway(rt), runtime=RuntimeSlot(rt))
+    return InferenceProtocol(gateway(rt), runtime=RuntimeSlot(rt), batch=_batch_of(rt))
 
 
 @pytest.fixture
@@ -434,11 +440,11 @@ class _Refused(Exception):
     error_code = 503
 
 
-async def _refusing(req: PredictRequest) -> dict[str, Any]:
+async def _refusing(reqs: Sequence[PredictRequest]) -> list[Any]:
     raise _Refused("process is overloaded")
 
 
-async def _failing(req: PredictRequest) -> dict[str, Any]:
+async def _failing(reqs: Sequence[PredictRequest]) -> list[Any]:
     raise RuntimeError("disk on fire")
 
 
@@ -469,57 +475,73 @@ def test_gateway_adds_the_response_headers_it_is_given(env: Any) -> None:
     assert resp.json()["model"] == "fraud"
 
 
-def test_requests_answered_together_fail_together_and_log_nothing(env: Any) -> None:
-    reqs = [_req(i, amount=CURSED_AMOUNT if i == 3 else 5.0) for i in range(6)]
-    alone = env.pipeline.predict_batch(reqs)
-    assert [r.get("status") for r in alone] == [None, None, None, 422, None, None]
-    assert len(env.sink.rows) == 5  # each answered request is logged
-    together = env.pipeline.predict_batch(reqs, together=True)
-    assert {r["status"] for r in together} == {422}
-    assert all("not a real amount" in r["error"] for r in together)
-    assert len(env.sink.rows) == 5  # nothing more: none of them was answered
+def _rows(env: Any, reqs: list[PredictRequest]) -> list[PredictRequest]:
+    """``reqs`` as the rows of one client request, in the generation loaded now."""
+    together = Together(env.pipeline.loader.models)
+    return [r.joining(together) for r in reqs]
 
 
-def test_rows_scored_in_chunks_are_answered_in_order_and_logged_in_one_write(env: Any) -> None:
-    """An OIP request's rows, ``chunk`` at a time with the loop free between (issue 29,
-    item 8): the same answers as one batch, one store call a chunk, one log write."""
-    import asyncio
+def test_rows_of_a_client_request_come_back_scored_not_answered_or_logged(env: Any) -> None:
+    """In a batch beside a request of its own, each row of a client request is handed
+    back as its scored item; only the request of its own is answered and logged."""
+    rows = _rows(env, [_req(i, amount=5.0) for i in range(3)])
+    own = _req(9, amount=5.0, rid="own")
+    scored = env.pipeline.predict_batch([rows[0], own, rows[1], rows[2]])
+    assert [type(s).__name__ for s in scored] == ["Item", "dict", "Item", "Item"]
+    assert scored[1]["request_id"] == "own" and "score" in scored[1]
+    assert [r.request_id for r in env.sink.rows] == ["own"]
+    assert [s.req.request_id for s in scored if isinstance(s, Item)] == [r.request_id for r in rows]
+    assert PredictRequest.model_validate(rows[0].model_dump()).together is None  # not wire
 
+
+def test_rows_scored_over_batches_are_answered_in_order_and_logged_in_one_write(
+    env: Any,
+) -> None:
+    """A client request's rows, scored in batches (as BentoML's batcher splits them) and
+    finished together: the answers of one batch of them all, in order, one log write."""
     reqs = [_req(i, amount=float(i)) for i in range(10)]
-    whole = env.pipeline.predict_batch(reqs, together=True)
+    whole = env.pipeline.predict_batch(reqs)
     env.sink.rows.clear()
-    env.feats.calls.clear()
     writes: list[int] = []
     append = env.sink.append
     env.sink.append = lambda records: (writes.append(len(records)), append(records))
-    ticks: list[int] = []
 
     async def main() -> list[dict[str, Any]]:
-        async def tick() -> None:  # counts how often the loop got back between chunks
-            while True:
-                ticks.append(1)
-                await asyncio.sleep(0)
+        batch = _batch_of(env.rt, size=4)
+        return await env.pipeline.finish_together(await batch(_rows(env, reqs)))
 
-        ticker = asyncio.create_task(tick())
-        try:
-            return await env.pipeline.predict_together_async(reqs, chunk=4)
-        finally:
-            ticker.cancel()
-
-    chunked = asyncio.run(main())
-    assert [r["score"] for r in chunked] == pytest.approx([r["score"] for r in whole])
-    assert [r["request_id"] for r in chunked] == [r.request_id for r in reqs]
-    assert env.feats.calls == [4, 4, 2]
-    assert len(ticks) >= 3 and writes == [10] and len(env.sink.rows) == 10
+    answers = asyncio.run(main())
+    assert [r["score"] for r in answers] == pytest.approx([r["score"] for r in whole])
+    assert [r["request_id"] for r in answers] == [r.request_id for r in reqs]
+    assert writes == [10] and len(env.sink.rows) == 10
 
 
-def test_rows_scored_in_chunks_fail_together_and_log_nothing(env: Any) -> None:
-    import asyncio
-
+def test_one_failed_row_fails_every_row_and_logs_nothing(env: Any) -> None:
     reqs = [_req(i, amount=CURSED_AMOUNT if i == 9 else 5.0) for i in range(10)]
-    out = asyncio.run(env.pipeline.predict_together_async(reqs, chunk=4))
-    assert {r["status"] for r in out} == {422}  # the last chunk's failure fails the first's
+
+    async def main() -> list[dict[str, Any]]:
+        batch = _batch_of(env.rt, size=4)
+        return await env.pipeline.finish_together(await batch(_rows(env, reqs)))
+
+    answers = asyncio.run(main())
+    assert {r["status"] for r in answers} == {422}  # the last batch's failure fails the first's
+    assert all("not a real amount" in r["error"] for r in answers)
     assert env.sink.rows == []
+    alone = env.pipeline.predict_batch(reqs)  # the same requests, each of its own
+    assert [r.get("status") for r in alone].count(422) == 1 and len(env.sink.rows) == 9
+
+
+def test_rows_are_scored_in_the_generation_their_request_began_with(env: Any) -> None:
+    """A reload between a client request's batches does not split its rows over two
+    generations: every row routes in the one loaded when the request began."""
+    rows = _rows(env, [_req(i, amount=5.0) for i in range(4)])
+    first = env.pipeline.predict_batch(rows[:2])
+    env.control.set("fraud", 2, "1", canary="2", weight=100)  # every request to v2 now
+    env.loader.refresh()
+    assert env.pipeline.predict_batch([_req(1, amount=5.0)])[0]["version"] == "2"
+    rest = env.pipeline.predict_batch(rows[2:])
+    answers = asyncio.run(env.pipeline.finish_together([*first, *rest]))
+    assert {(a["version"], a["generation"]) for a in answers} == {("1", 1)}
 
 
 def test_only_join_keys_route_and_are_logged(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ class Bottom:
         await send({"type": "http.response.body", "body": b""})
 
 
-async def _no_batch(req: PredictRequest) -> dict[str, Any]:  # pragma: no cover
+async def _no_batch(reqs: Sequence[PredictRequest]) -> list[Any]:  # pragma: no cover
     raise AssertionError("nothing may reach the batcher")
 
 
