@@ -45,7 +45,7 @@ warnings.filterwarnings("ignore", message="X does not have valid feature names")
 
 # This worker's requests in flight: the front door, the overload gate and /readyz share it.
 admission = Admission(settings.reliability.max_inflight)
-batcher = Batcher("predict")
+batcher = Batcher("predict", window=_s.max_batch_size)
 # Where the request layers, built at import, find this worker's runtime: filled in __init__.
 runtime = RuntimeSlot()
 

@@ -39,10 +39,11 @@ one of these names is first asked for, which only the service does.
 
 from __future__ import annotations
 
+import asyncio
 import logging.config
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import bentoml
 from _bentoml_impl.server.app import ServiceAppFactory
@@ -67,19 +68,45 @@ _RAW_PATH = "mlpipe.raw_path"  # the scope's path while BentoML's metrics see it
 
 
 class Batcher:
-    """BentoML's adaptive batcher for the ``predict`` API, called by the gateway without HTTP."""
+    """BentoML's adaptive batcher for the ``predict`` API, called without HTTP: by the
+    gateway with one ``/predict`` request, by the protocol layer with a ``/v2`` request's
+    rows."""
 
     factory: ServiceAppFactory | None = None  # the worker's, set as BentoML builds the app
 
-    def __init__(self, api: str = "predict") -> None:
+    def __init__(self, api: str = "predict", window: int = 16) -> None:
         self.api = api
+        self.window = window
 
     async def __call__(self, reqs: Sequence[PredictRequest]) -> list[Scored]:
-        """Each request's result, in order; the batcher may split ``reqs`` over batches and
-        put other callers' requests in the same ones (its ``max_batch_size``)."""
+        """Each request's result, in order, every request a job of its own in the batcher's
+        queue (as a ``/predict`` is), at most ``window`` (the API's ``max_batch_size``) at a
+        time, the next ones queued when those are done.
+
+        One job of many rows would be split over batches, but BentoML's latency model
+        counts jobs, not rows: after a 1,024-row neighbour it held small requests back
+        (539 against 4,074 req/s at c=8, decision 024). Queued all at once, the rows
+        would run ahead of every request that came after them; a window at a time,
+        those requests get into the batches between windows.
+        """
         assert self.factory is not None, "the gateway runs inside the app the factory built"
-        results: list[Scored] = await self.factory.batch_infer(self.api, (list(reqs),), {})
+        if len(reqs) == 1:  # a /predict: no task to gather
+            return [await self._one(reqs[0])]
+        results: list[Scored] = []
+        for start in range(0, len(reqs), self.window):
+            part = reqs[start : start + self.window]
+            done = await asyncio.gather(*(self._one(r) for r in part), return_exceptions=True)
+            failed = next((d for d in done if isinstance(d, BaseException)), None)
+            if failed is not None:
+                raise failed
+            results += cast("list[Scored]", done)
         return results
+
+    async def _one(self, req: PredictRequest) -> Scored:
+        assert self.factory is not None
+        (result,) = await self.factory.batch_infer(self.api, ([req],), {})
+        scored: Scored = result
+        return scored
 
 
 class ScoringAppFactory(ServiceAppFactory):  # type: ignore[misc]  # bentoml is untyped

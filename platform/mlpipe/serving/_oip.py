@@ -11,8 +11,8 @@ checked the body's type and size) and outside the overload gate and
   (:func:`~mlpipe.serving._gateway.admit`: 400, 404, 422 for the first row at
   fault); the tenant is charged a token per row (the auth layer took one on
   arrival; 429 with ``Retry-After`` when the rest are not there); then the
-  rows are scored as one batch by the pipeline, ``together``: every row is
-  answered and logged, or none is (decision 024). The answers are put back
+  rows are scored in BentoML's batches, and answered and logged together:
+  every row is, or none is (decisions 024, 040). The answers are put back
   together as the output tensors of the deployed version's task
   (binary ``score`` FP64 and ``label`` INT64; multiclass ``probabilities``
   FP64 ``[N, K]`` and ``label``; regression ``prediction`` FP64; see
@@ -20,10 +20,13 @@ checked the body's type and size) and outside the overload gate and
   ``request_id`` (BYTES).
 
 An infer request is one request to admission: the front door refuses it
-(503) while the worker is saturated, as it refuses ``/predict``; it is scored
-on arrival, not queued in BentoML's batcher, so it holds no in-flight slot; its
-rows are checked and scored ``CHUNK_ROWS`` at a time, and the worker serves other
-requests between chunks (all the rows are still answered and logged together).
+(503) while the worker is saturated, as it refuses ``/predict``, and holds no
+in-flight slot. Its rows are checked ``CHUNK_ROWS`` at a time, the worker free
+between, then handed to BentoML's batcher, each a job of its own as a
+``/predict`` is, a batch's worth at a time (:class:`~mlpipe.serving.Batcher`), so
+they share batches with other requests and others get in between; each comes
+back scored, and the pipeline answers and logs them together
+(:meth:`~mlpipe.serving.ScoringPipeline.finish_together`; decision 040).
 Its rows used to go down the stack one ``/predict`` each, each taking a slot:
 a request of more rows than ``reliability.max_inflight`` was always refused,
 after the rows that got a slot had been scored and logged.

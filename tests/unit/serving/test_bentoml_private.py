@@ -14,6 +14,7 @@ import inspect
 import re
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import bentoml
 import pytest
@@ -26,8 +27,20 @@ from bentoml._internal.server.http import instruments, traffic
 from bentoml.serving import ensure_prometheus_dir
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from mlpipe.serving import WORKER_ENV, Deadline, FrontDoor, OverloadGate, PredictGateway
-from mlpipe.serving._bentoml_private import RouteMetrics, ScoringAppFactory, enter_worker_context
+from mlpipe.serving import (
+    WORKER_ENV,
+    Deadline,
+    FrontDoor,
+    OverloadGate,
+    PredictGateway,
+    PredictRequest,
+)
+from mlpipe.serving._bentoml_private import (
+    Batcher,
+    RouteMetrics,
+    ScoringAppFactory,
+    enter_worker_context,
+)
 from mlpipe.serving._header_guard import HeadGuard
 from mlpipe.serving._metrics import OTHER_ENDPOINT, EndpointLabels
 from mlpipe.serving._worker import worker_config
@@ -282,3 +295,55 @@ def test_other_services_are_built_as_bentoml_builds_them(service: ModuleType) ->
             return text
 
     assert type(Other.to_asgi()).__name__ == "Starlette"
+
+
+# -- the batcher, as the gateway and the protocol layer call it --
+
+
+class _Factory:
+    """``batch_infer`` as BentoML's: records each call's rows and how many were in flight."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.calls: list[list[str]] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.fail_on = fail_on
+
+    async def batch_infer(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        import asyncio
+
+        (reqs,) = args
+        self.calls.append([r.request_id for r in reqs])
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await asyncio.sleep(0)
+        self.in_flight -= 1
+        if reqs[0].request_id == self.fail_on:
+            raise RuntimeError("shed")
+        return [{"request_id": r.request_id} for r in reqs]
+
+
+def _requests(n: int) -> list[PredictRequest]:
+    return [PredictRequest(model="m", request_id=f"r{i}") for i in range(n)]
+
+
+def test_the_batcher_queues_each_row_as_a_job_a_window_at_a_time() -> None:
+    """BentoML's latency model counts jobs: a job of many rows would skew it (decision 040)."""
+    import asyncio
+
+    batcher, factory = Batcher("predict", window=4), _Factory()
+    batcher.factory = factory  # type: ignore[assignment]
+    answers = asyncio.run(batcher(_requests(10)))
+    assert [a["request_id"] for a in answers] == [f"r{i}" for i in range(10)]  # type: ignore[index]
+    assert all(len(call) == 1 for call in factory.calls) and len(factory.calls) == 10
+    assert factory.most_in_flight == 4
+
+
+def test_a_row_the_batcher_refuses_fails_the_call() -> None:
+    import asyncio
+
+    batcher, factory = Batcher("predict", window=4), _Factory(fail_on="r5")
+    batcher.factory = factory  # type: ignore[assignment]
+    with pytest.raises(RuntimeError, match="shed"):
+        asyncio.run(batcher(_requests(10)))
+    assert len(factory.calls) == 8  # the window holding the refused row finished; no later one
