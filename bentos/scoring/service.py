@@ -65,8 +65,11 @@ runtime = RuntimeSlot()
     # environment sets them (PYTHONOPTIMIZE=0: on).
     envs=[{"name": name, "value": value} for name, value in WORKER_ENV.items()],
     # The app inside the front door, with mlpipe's Deadline and route-labelled metrics in the
-    # places of BentoML's timeout and traffic-metrics middleware (decisions 006, 009, 037).
-    service_class=scoring_service_class(front_door(settings, admission, runtime), batcher),
+    # places of BentoML's timeout and traffic-metrics middleware, OpenTelemetry's only with
+    # tracing on (decisions 006, 009, 037, 041).
+    service_class=scoring_service_class(
+        front_door(settings, admission, runtime), batcher, tracing=_s.tracing
+    ),
 )
 class Scoring:
     """Gateway and model runner in one process per worker (decision 001)."""

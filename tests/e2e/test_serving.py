@@ -120,6 +120,44 @@ def test_no_mixup_in_concurrent_batches(stack: Any) -> None:
     assert "bentoml_service_request" in metrics or "bentoml_" in metrics
 
 
+def _series(url: str, name: str, **labels: str) -> float:
+    """The sum over the workers of one series in ``/metrics`` with these labels (0 if none)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics").text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    )
+
+
+def test_bentomls_traffic_series_count_every_answer_by_route_and_status(stack: Any) -> None:
+    """RouteMetrics records BentoML's own series (decision 041): each answer counted once,
+    under its route's template and status, its duration observed, none left in progress."""
+    url, ns = stack.server.url, "bentoml_service_request"
+    ok = {"endpoint": "/predict", "http_response_code": "200"}
+    bad = {"endpoint": "/predict", "http_response_code": "422"}
+    before = [
+        _series(url, f"{ns}_total", **ok),
+        _series(url, f"{ns}_duration_seconds_count", **ok),
+        _series(url, f"{ns}_total", **bad),
+    ]
+    answers = fire(url, [_body(7, 10.0 + i, 3, rid=f"series-{i}") for i in range(40)], 8)
+    assert all(r.status_code == 200 for r in answers)
+    refused = httpx.post(f"{url}/predict", json={"model": "fraud", "features": {"amount": "x"}})
+    assert refused.status_code == 422
+    after = [
+        _series(url, f"{ns}_total", **ok),
+        _series(url, f"{ns}_duration_seconds_count", **ok),
+        _series(url, f"{ns}_total", **bad),
+    ]
+    assert [a - b for a, b in zip(after, before, strict=True)] == [40, 40, 1]
+    assert _series(url, f"{ns}_in_progress", endpoint="/predict") == 0
+    assert _series(url, f"{ns}_total", endpoint="/metrics") == 0  # scrapes are not counted
+
+
 def test_canary_share_sticky_and_monotonic(stack: Any) -> None:
     from mlpipe import deployments
 

@@ -106,13 +106,28 @@ def test_service_to_asgi_is_inject_config_then_the_factory() -> None:
     ]
 
 
-def test_the_traffic_metrics_read_the_path_once_before_the_app() -> None:
+def test_the_traffic_metrics_record_what_route_metrics_records() -> None:
+    """RouteMetrics records BentoML's series for HTTP requests itself (its labelled series
+    looked up once): the series BentoML's middleware records for one must be these."""
     metrics = instruments.RunnerTrafficMetricsMiddleware
     assert _parameters(metrics) == ["app", "namespace", "skip_paths"]
-    # RouteMetrics swaps the path for its label around this one read
+    assert _parameters(metrics._setup)[0] == "self"
     call = inspect.getsource(metrics.__call__)
-    assert call.count('scope["path"]') == 2  # the /metrics check and the label
-    assert call.index('endpoint = scope["path"]') < call.index("await self.app(scope, wrapped")
+    recorded = set(re.findall(r"self\.(metrics_\w+)\.labels", call))
+    assert recorded == {
+        "metrics_last_request_timestamp",
+        "metrics_request_total",
+        "metrics_request_duration",
+        "metrics_request_in_progress",
+        "metrics_websocket_connections",  # WebSockets still go through BentoML's own
+        "metrics_websocket_data_received",
+        "metrics_websocket_data_sent",
+    }
+    assert ".set_to_current_time()" in call and ".track_inprogress()" in call
+    assert "self._is_setup" in call and "http_response_code=status_code" in call
+    setup = inspect.getsource(metrics._setup)
+    for name in recorded:
+        assert f"self.{name} = " in setup
 
 
 def test_service_class_is_bentomls_extension_point() -> None:
@@ -259,6 +274,14 @@ def test_the_worker_serves_with_the_head_guard_at_the_settings_bounds(
     plain = uvicorn.Config(app=service.Scoring.to_asgi())
     plain.load()
     assert not issubclass(plain.http_protocol_class, HeadGuard)
+
+
+def test_opentelemetry_is_in_the_stack_only_with_tracing_on(service: ModuleType) -> None:
+    """Off (the default), its middleware is left out: excluding every URL, it still cost
+    each request a URL lookup (decision 041)."""
+    assert "OpenTelemetryMiddleware" not in _middleware_names(service)
+    traced = ScoringAppFactory(service.Scoring, is_main=True, tracing=True)
+    assert "OpenTelemetryMiddleware" in [m.cls.__name__ for m in traced.middlewares]
 
 
 def test_mlpipes_middleware_stand_in_the_stacks_order(service: ModuleType) -> None:
