@@ -39,7 +39,11 @@ def worker_config(app: ASGIApp, *, backlog: int, graceful_s: int | None) -> uvic
     """uvicorn's settings for a worker of the service whose app is ``app``.
 
     As BentoML's worker sets them (no access log config of uvicorn's, no
-    ``server`` header), with the protocol from the serving settings.
+    ``server`` header), with the protocol from the serving settings, and the
+    lifespan ``on``: under uvicorn's ``auto`` (BentoML's) a service whose startup
+    raised was logged at INFO as "lifespan unsupported" and served anyway, every
+    request failing on the instance that was never made; now the worker exits
+    with the error in the log.
     """
     s = load_settings().serving
     return uvicorn.Config(
@@ -51,6 +55,7 @@ def worker_config(app: ASGIApp, *, backlog: int, graceful_s: int | None) -> uvic
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=graceful_s,
         server_header=False,
+        lifespan="on",
     )
 
 

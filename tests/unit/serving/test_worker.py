@@ -36,3 +36,4 @@ def test_the_config_reads_the_serving_settings(
     assert config.http == "auto"
     assert (config.backlog, config.workers, config.timeout_keep_alive) == (32, 1, KEEP_ALIVE_S)
     assert config.log_config is None and not config.server_header
+    assert config.lifespan == "on"  # a startup that raises stops the worker, loudly
