@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from types import FrameType
 from typing import Literal
 
 from mlpipe.config import Settings
@@ -208,6 +209,16 @@ def _take(settings: Settings, model: str, version: str | None, *, resume: bool) 
 
 
 _INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+_REDELIVER_S = 0.05  # a signal that lands in a database call comes again this much later
+
+
+def in_database_call(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside SQLAlchemy (a query, a commit, a fetch)."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("sqlalchemy"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextmanager
@@ -218,12 +229,20 @@ def signals_as_interrupt() -> Iterator[None]:
     started in the background never gets: it inherits SIGINT ignored. The first
     signal interrupts; further ones are ignored until the block ends, so the
     clean-up that follows (taking the canary out) is not cut short.
+
+    A signal that arrives during a database call is sent again ``_REDELIVER_S``
+    later, until it finds the block outside one: raised inside a fetch, the
+    interrupt made SQLAlchemy drop the connection and print "Error closing
+    cursor" with a traceback on the way out, though the canary was taken out.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def interrupt(signum: int, _frame: object) -> None:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if in_database_call(frame):
+            threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum)).start()
+            return
         for each in _INTERRUPTS:
             signal.signal(each, signal.SIG_IGN)
         # Ctrl-C reads as Python's own KeyboardInterrupt; SIGTERM names itself.

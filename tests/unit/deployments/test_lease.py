@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,28 @@ def test_sigterm_in_the_block_is_an_interrupt_naming_the_signal() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
     assert raised.value.args == (f"signal {int(signal.SIGTERM)}",)
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_an_interrupt_in_a_database_call_waits_until_the_call_is_done() -> None:
+    """Raised inside a fetch, SQLAlchemy dropped the connection and printed a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only; SIGTERM would end the run")
+    code = (
+        "def query():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.3)\n"
+        "    return 1\n"
+    )
+    db: dict[str, Any] = {"__name__": "sqlalchemy.engine.under_test", "os": os, "signal": signal}
+    db["time"] = time
+    exec(code, db)  # a function whose module is SQLAlchemy's, as far as a frame can tell
+    done: list[int] = []
+    with pytest.raises(KeyboardInterrupt) as raised:
+        with signals_as_interrupt():
+            done.append(db["query"]())  # not interrupted inside
+            time.sleep(5)  # the signal, sent again, interrupts here
+    assert done == [1]
+    assert raised.value.args == (f"signal {int(signal.SIGTERM)}",)
 
 
 def test_outside_the_main_thread_the_handlers_are_left_alone() -> None:
