@@ -175,8 +175,9 @@ class InferenceProtocol:
         check_shared(served, requested_outputs(request, outputs))
         ctx = context_of(scope)
         try:
+            rt = self.runtime.ready_runtime()
             # the generation loaded now scores every row (a reload replaces it whole)
-            together = Together(self.runtime.ready_runtime().pipeline.loader.models)
+            together = Together(rt.pipeline.loader.models)
             requests = []
             for i, row in enumerate(rows):
                 if i % CHUNK_ROWS == 0:  # decoding the tensors was the first piece
@@ -185,7 +186,6 @@ class InferenceProtocol:
         except MlpipeError as exc:
             await refuse(self.runtime, send, error_for(exc))
             return
-        rt = self.runtime.ready_runtime()  # admitted: it is there
         over_limit = _charge_rows(ctx.caller, len(requests))
         if over_limit is not None:
             await refuse(self.runtime, send, *over_limit)

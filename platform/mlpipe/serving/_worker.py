@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("service", help="the service's import string, e.g. service:Scoring")
     parser.add_argument("--fd", type=int, required=True, help="the listening socket's fd")
     parser.add_argument("--worker-id", type=int, required=True, help="1-based, the arbiter's")
-    parser.add_argument("--backlog", type=int, default=2048)
+    parser.add_argument("--backlog", type=int, required=True, help="the socket's, as bound")
     parser.add_argument("--timeout-graceful-shutdown", type=int, default=None)
     args = parser.parse_args(argv)
     serve(
