@@ -43,16 +43,18 @@ import asyncio
 import logging.config
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import bentoml
 from _bentoml_impl.server.app import ServiceAppFactory
 from bentoml._internal.context import server_context, trace_context
 from bentoml._internal.log import SERVER_LOGGING_CONFIG
+from bentoml._internal.marshal.dispatcher import CorkDispatcher
 from bentoml._internal.server.http.instruments import RunnerTrafficMetricsMiddleware
 from bentoml._internal.server.http.traffic import TimeoutMiddleware
 from bentoml._internal.utils.uri import join_paths
+from bentoml.exceptions import ServiceUnavailable
 from bentoml.serving import ensure_prometheus_dir
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.middleware import Middleware
@@ -72,13 +74,58 @@ _RAW_PATH = "mlpipe.raw_path"  # the scope's path while BentoML's metrics see it
 class Batcher:
     """BentoML's adaptive batcher for the ``predict`` API, called without HTTP: by the
     gateway with one ``/predict`` request, by the protocol layer with a ``/v2`` request's
-    rows."""
+    rows.
 
-    factory: ServiceAppFactory | None = None  # the worker's, set as BentoML builds the app
+    The queue is BentoML's ``CorkDispatcher`` (its adaptive batching: the latency model,
+    the batch-size and latency limits, the 503 when a job would miss
+    ``max_latency_ms``), wrapped around the API once (:meth:`bind`). BentoML's own
+    ``batch_infer`` wrapped it again for every request (a ``functools.wraps`` and a
+    closure a call) and sized every job through its container registry; a job here is
+    one request, so its size is 1 (decision 042).
+    """
 
     def __init__(self, api: str = "predict", window: int = 16) -> None:
         self.api = api
         self.window = window
+        self.factory: ServiceAppFactory | None = None  # the app's, once bound to it
+        self._infer: Callable[[PredictRequest], Awaitable[Scored]] | None = None
+
+    def bind(
+        self,
+        score: Callable[[list[PredictRequest]], Awaitable[list[Scored]]],
+        *,
+        max_batch_size: int,
+        max_latency_ms: int,
+        observe: Callable[[int], None] | None = None,
+    ) -> None:
+        """Queue into a dispatcher of BentoML's that hands ``score`` each batch (after
+        ``observe`` saw its size: BentoML's adaptive batch-size histogram)."""
+
+        async def scored(batch: Sequence[PredictRequest]) -> list[Scored]:
+            if observe is not None:
+                observe(len(batch))
+            return await score(list(batch))
+
+        dispatcher: CorkDispatcher[PredictRequest, Scored] = CorkDispatcher(
+            max_latency_in_ms=max_latency_ms,
+            max_batch_size=max_batch_size,
+            fallback=_overloaded,
+            get_batch_size=_one_request,
+        )
+        # its fallback raises, so a job is answered with a result or an exception
+        self._infer = cast("Callable[[PredictRequest], Awaitable[Scored]]", dispatcher(scored))
+
+    def bind_factory(self, factory: ServiceAppFactory) -> None:
+        """:meth:`bind` to the API as BentoML's factory serves it (:class:`_FactoryApi`)."""
+        self.factory = factory
+        api = _FactoryApi(factory, self.api)
+        method = factory.service.apis[self.api]
+        self.bind(
+            api.score,
+            max_batch_size=method.max_batch_size,
+            max_latency_ms=method.max_latency_ms,
+            observe=api.observe,
+        )
 
     async def __call__(self, reqs: Sequence[PredictRequest]) -> list[Scored]:
         """Each request's result, in order, every request a job of its own in the batcher's
@@ -91,24 +138,57 @@ class Batcher:
         would run ahead of every request that came after them; a window at a time,
         those requests get into the batches between windows.
         """
-        assert self.factory is not None, "the gateway runs inside the app the factory built"
+        infer = self._infer
+        if infer is None:
+            raise RuntimeError("the batcher is not bound: bind() it, as the service's app does")
         if len(reqs) == 1:  # a /predict: no task to gather
-            return [await self._one(reqs[0])]
+            return [await infer(reqs[0])]
         results: list[Scored] = []
         for start in range(0, len(reqs), self.window):
             part = reqs[start : start + self.window]
-            done = await asyncio.gather(*(self._one(r) for r in part), return_exceptions=True)
+            done = await asyncio.gather(*(infer(r) for r in part), return_exceptions=True)
             failed = next((d for d in done if isinstance(d, BaseException)), None)
             if failed is not None:
                 raise failed
             results += cast("list[Scored]", done)
         return results
 
-    async def _one(self, req: PredictRequest) -> Scored:
-        assert self.factory is not None
-        (result,) = await self.factory.batch_infer(self.api, ([req],), {})
-        scored: Scored = result
-        return scored
+
+class _FactoryApi:
+    """A batchable API of BentoML's factory, as its ``batch_infer`` calls it."""
+
+    def __init__(self, factory: ServiceAppFactory, api: str) -> None:
+        self.factory = factory
+        self.api = api
+        self._sizes: Any = None  # the labelled histogram, made at the first batch as BentoML's
+
+    def score(self, batch: list[PredictRequest]) -> Awaitable[list[Scored]]:
+        """The service instance's method (there once the app has started) on ``batch``."""
+        method = getattr(self.factory._service_instance, self.api).local
+        return cast("Awaitable[list[Scored]]", method(batch))
+
+    def observe(self, size: int) -> None:
+        """Count a batch of ``size`` in BentoML's adaptive batch-size histogram."""
+        if not self.factory.enable_metrics:
+            return
+        if self._sizes is None:
+            self._sizes = self.factory.adaptive_batch_size_hist.labels(
+                runner_name=self.factory.service.name,
+                worker_index=server_context.worker_index,
+                method_name=self.api,
+                service_version=server_context.bento_version,
+                service_name=server_context.bento_name,
+            )
+        self._sizes.observe(size)
+
+
+def _overloaded() -> Scored:
+    """The dispatcher's answer for a job it dropped: BentoML's 503, as its factory's."""
+    raise ServiceUnavailable("process is overloaded")
+
+
+def _one_request(_: PredictRequest) -> int:
+    return 1
 
 
 class ScoringAppFactory(ServiceAppFactory):  # type: ignore[misc]  # bentoml is untyped
@@ -149,8 +229,9 @@ def scoring_service_class(
     class ScoringService(bentoml.Service[Any]):  # type: ignore[misc]  # bentoml is untyped
         def to_asgi(self, is_main: bool = True) -> ASGIApp:
             self.inject_config()  # what bentoml.Service.to_asgi does first
-            batcher.factory = ScoringAppFactory(self, is_main=is_main, tracing=tracing)
-            app: ASGIApp = outer.cls(batcher.factory(), **outer.kwargs)
+            factory = ScoringAppFactory(self, is_main=is_main, tracing=tracing)
+            batcher.bind_factory(factory)
+            app: ASGIApp = outer.cls(factory(), **outer.kwargs)
             return app
 
     return ScoringService

@@ -23,6 +23,7 @@ from _bentoml_impl.server.app import ServiceAppFactory
 from _bentoml_impl.worker import service as bentoml_worker
 from bentoml._internal.context import server_context, trace_context
 from bentoml._internal.log import SERVER_LOGGING_CONFIG
+from bentoml._internal.marshal.dispatcher import CorkDispatcher
 from bentoml._internal.server.http import instruments, traffic
 from bentoml.serving import ensure_prometheus_dir
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -77,19 +78,36 @@ def test_bentomls_factory_lists_the_two_middleware_mlpipe_stands_in_for() -> Non
 
 
 def test_the_app_factory_builds_and_batches_as_mlpipe_calls_it() -> None:
+    """``Batcher.bind_factory``: a dispatcher with the limits BentoML's factory gives a
+    batchable API's, its batch-size histogram and labels, the instance's method."""
     assert _parameters(ServiceAppFactory)[:2] == ["service", "is_main"]
     assert _parameters(ServiceAppFactory.__call__) == ["self"]
-    assert _parameters(ServiceAppFactory.batch_infer) == [
-        "self",
-        "name",
-        "input_args",
-        "input_kwargs",
-    ]
-    assert inspect.iscoroutinefunction(ServiceAppFactory.batch_infer)
-    # bind_once: the API method is looked up on the instance for every batch
-    assert "getattr(self._service_instance, name)" in inspect.getsource(
-        ServiceAppFactory.batch_infer
-    )
+    assert _parameters(CorkDispatcher)[:2] == ["max_latency_in_ms", "max_batch_size"]
+    assert {"fallback", "get_batch_size"} <= set(_parameters(CorkDispatcher))
+    assert _parameters(CorkDispatcher.__call__) == ["self", "callback"]
+
+    @bentoml.service
+    class Batched:
+        @bentoml.api(batchable=True, max_batch_size=7, max_latency_ms=123)
+        async def run(self, xs: list[int]) -> list[int]:
+            return xs
+
+    Batched.inject_config()
+    factory = ServiceAppFactory(Batched, is_main=True)
+    theirs = factory.dispatchers["run"]
+    method = factory.service.apis["run"]
+    assert (method.max_batch_size, method.max_latency_ms) == (7, 123)
+    assert (theirs.max_batch_size, theirs.max_latency) == (7, 0.123)
+    assert isinstance(factory.enable_metrics, bool)
+    assert factory._service_instance is None  # until the app starts (create_instance)
+    factory.adaptive_batch_size_hist.labels(
+        runner_name="Batched",
+        worker_index=1,
+        method_name="run",
+        service_version="v",
+        service_name="Batched",
+    ).observe(3)
+    assert Batched.inner().run.local is not None
 
 
 def test_service_to_asgi_is_inject_config_then_the_factory() -> None:
@@ -323,27 +341,28 @@ def test_other_services_are_built_as_bentoml_builds_them(service: ModuleType) ->
 # -- the batcher, as the gateway and the protocol layer call it --
 
 
-class _Factory:
-    """``batch_infer`` as BentoML's: records each call's rows and how many were in flight."""
+class _Api:
+    """The ``predict`` API as the batcher calls it: records each batch's request ids."""
 
     def __init__(self, fail_on: str | None = None) -> None:
-        self.calls: list[list[str]] = []
-        self.in_flight = 0
-        self.most_in_flight = 0
+        self.batches: list[list[str]] = []
         self.fail_on = fail_on
 
-    async def batch_infer(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def __call__(self, reqs: list[PredictRequest]) -> list[Any]:
         import asyncio
 
-        (reqs,) = args
-        self.calls.append([r.request_id for r in reqs])
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        self.batches.append([str(r.request_id) for r in reqs])
         await asyncio.sleep(0)
-        self.in_flight -= 1
-        if reqs[0].request_id == self.fail_on:
+        if any(r.request_id == self.fail_on for r in reqs):
             raise RuntimeError("shed")
         return [{"request_id": r.request_id} for r in reqs]
+
+
+def _bound(api: _Api, sizes: list[int] | None = None) -> Batcher:
+    batcher = Batcher("predict", window=4)
+    observe = None if sizes is None else sizes.append
+    batcher.bind(api, max_batch_size=8, max_latency_ms=10_000, observe=observe)
+    return batcher
 
 
 def _requests(n: int) -> list[PredictRequest]:
@@ -351,22 +370,31 @@ def _requests(n: int) -> list[PredictRequest]:
 
 
 def test_the_batcher_queues_each_row_as_a_job_a_window_at_a_time() -> None:
-    """BentoML's latency model counts jobs: a job of many rows would skew it (decision 040)."""
+    """BentoML's latency model counts jobs: a job of many rows would skew it (decision 040).
+    The rows go through BentoML's own dispatcher, a window (4) at a time."""
     import asyncio
 
-    batcher, factory = Batcher("predict", window=4), _Factory()
-    batcher.factory = factory  # type: ignore[assignment]
-    answers = asyncio.run(batcher(_requests(10)))
+    api, sizes = _Api(), list[int]()
+    answers = asyncio.run(_bound(api, sizes)(_requests(10)))
     assert [a["request_id"] for a in answers] == [f"r{i}" for i in range(10)]  # type: ignore[index]
-    assert all(len(call) == 1 for call in factory.calls) and len(factory.calls) == 10
-    assert factory.most_in_flight == 4
+    assert sorted(sum(api.batches, []), key=lambda r: int(r[1:])) == [f"r{i}" for i in range(10)]
+    for batch in api.batches:  # no batch mixes two windows
+        assert len({int(r[1:]) // 4 for r in batch}) == 1
+    assert sizes == [len(b) for b in api.batches]  # BentoML's batch-size histogram saw each
 
 
 def test_a_row_the_batcher_refuses_fails_the_call() -> None:
     import asyncio
 
-    batcher, factory = Batcher("predict", window=4), _Factory(fail_on="r5")
-    batcher.factory = factory  # type: ignore[assignment]
+    api = _Api(fail_on="r5")
     with pytest.raises(RuntimeError, match="shed"):
-        asyncio.run(batcher(_requests(10)))
-    assert len(factory.calls) == 8  # the window holding the refused row finished; no later one
+        asyncio.run(_bound(api)(_requests(10)))
+    seen = sum(api.batches, [])
+    assert max(int(r[1:]) for r in seen) == 7  # the window holding the refused row; no later one
+
+
+def test_a_batcher_not_bound_says_so() -> None:
+    import asyncio
+
+    with pytest.raises(RuntimeError, match="not bound"):
+        asyncio.run(Batcher("predict")(_requests(1)))
