@@ -9,16 +9,16 @@ request's context (OpenTelemetry span included) alive for the whole timeout
 scanned them: stalls of 200-700 ms that grew with the run and set the p99
 (decision 006). :class:`Deadline` keeps BentoML's contract
 (a 504 JSON answer if no response has started in time; none once it has) with
-``asyncio.timeout``, whose timer is cancelled the moment the request is done.
+an ``asyncio.Timeout`` that ends with the request, all of them timed by one timer
+(:class:`~mlpipe.serving._timeouts.Timeouts`, decision 042).
 :class:`~mlpipe.serving._bentoml_private.ScoringAppFactory` puts it in BentoML's place.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from mlpipe.serving._asgi import ASGIApp, Message, Receive, Scope, Send, send_json
 from mlpipe.serving._error_bodies import TimedOut, error_for
+from mlpipe.serving._timeouts import Timeouts
 
 
 class Deadline:
@@ -27,23 +27,25 @@ class Deadline:
     def __init__(self, app: ASGIApp, timeout: float) -> None:
         self.app = app
         self.timeout = timeout
+        self._timeouts = Timeouts(timeout)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = False
-        deadline = asyncio.timeout(self.timeout)
+        watched = self._timeouts()
+        deadline = watched.timeout
 
         async def send_started(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                deadline.reschedule(None)  # an answer has begun: let it finish
+                self._timeouts.disarm(deadline)  # an answer has begun: let it finish
             await send(message)
 
         try:
-            async with deadline:
+            async with watched:
                 await self.app(scope, receive, send_started)
         except TimeoutError:
             if started or not deadline.expired():  # the app's own TimeoutError

@@ -30,7 +30,6 @@ request reaches nothing below, so it leaves no prediction-log row.
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from mlpipe.serving._asgi import (
@@ -52,6 +51,7 @@ from mlpipe.serving._error_bodies import (
 )
 from mlpipe.serving._refusal import refuse
 from mlpipe.serving._runtime import RuntimeSlot
+from mlpipe.serving._timeouts import Timeouts
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BINARY_TENSORS = "application/octet-stream"
@@ -72,6 +72,7 @@ class RequestIntake:
         self.runtime = runtime or RuntimeSlot()  # where its refusals are counted
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
+        self._timeouts = Timeouts(timeout_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -94,7 +95,7 @@ class RequestIntake:
             )
             return
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with self._timeouts():
                 body = await read_body(scope, receive, self.max_body_bytes)
         except ClientDisconnected:
             return  # nobody to answer, and nothing below should act on half a body
