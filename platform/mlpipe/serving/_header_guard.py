@@ -39,20 +39,49 @@ LINGER_BYTES = 8 * 1024 * 1024  # the most of it read before the close comes any
 
 class _LingeringTransport:
     """The connection's transport as uvicorn sees it: ``close`` lingers while the
-    request being answered still has body to come (see the module docstring).
+    request being answered still has body to come (see the module docstring), and an
+    answer's head goes out with its body.
 
+    uvicorn writes a response's head as the app starts it and its body as the app
+    sends it: two sends on the socket for every answer. The first write of an answer
+    is held until the next one, the answer's end or the loop's next turn, whichever
+    comes first, so a whole answer is one send (decision 042).
     Everything else is the socket transport's own (hot methods bound once)."""
 
     def __init__(self, transport: asyncio.Transport, guard: HeadGuard) -> None:
         self._transport = transport
         self._guard = guard
-        self.write = transport.write
+        self._held: bytes | None = None
         self.is_closing = transport.is_closing
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            if self._guard.cycle is None or self._guard.cycle.response_complete:
+                self._transport.write(data)  # not an answer's head (a refusal of the guard's)
+                return
+            self._held = data
+            self._guard.loop.call_soon(self.flush)
+            return
+        self._held = None
+        self._transport.write(held + data)
+
+    def flush(self) -> None:
+        """Send what is held."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
+        self.flush()
         cycle = self._guard.cycle
         if cycle is not None and cycle.more_body and cycle.response_complete:
             self._guard.linger()
@@ -85,7 +114,8 @@ class HeadGuard(HttpToolsProtocol):
         self._socket = transport
         self._linger_timer: asyncio.TimerHandle | None = None
         self._dropped: int | None = None  # bytes read and dropped while lingering
-        super().connection_made(cast("asyncio.Transport", _LingeringTransport(transport, self)))
+        self._answers = _LingeringTransport(transport, self)
+        super().connection_made(cast("asyncio.Transport", self._answers))
         self._head_timer = None
         self._head_deadline = None
         self._expect_head()
@@ -103,6 +133,7 @@ class HeadGuard(HttpToolsProtocol):
         ``LINGER_BYTES`` came or ``LINGER_S`` (at most the head timeout) passed; then close."""
         if self._dropped is not None:
             return
+        self._answers.flush()
         socket = self._socket
         if socket.is_closing() or not socket.can_write_eof():
             socket.close()
@@ -142,6 +173,7 @@ class HeadGuard(HttpToolsProtocol):
         # 415, 429, 503): the rest would be read as that body with no timer running (its
         # next byte cancels uvicorn's keep-alive timer and no head is expected), so a
         # client could hold the connection for ever. Close it (issue 29, item 2).
+        self._answers.flush()
         cycle = self.cycle
         if cycle.more_body and cycle.response_complete and not self.transport.is_closing():
             self.transport.close()

@@ -8,6 +8,7 @@ so each case is quick. The whole scoring service is tested the same way in
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -18,13 +19,19 @@ import pytest
 import uvicorn
 
 from mlpipe.serving import free_port
-from mlpipe.serving._header_guard import HeadGuard
+from mlpipe.serving._header_guard import HeadGuard, _LingeringTransport
 
 MAX = 1024
 TIMEOUT_S = 0.5
+SLOW_S = 0.4
 
 
 async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["path"] == "/slow":  # a head, then the body a while later
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await asyncio.sleep(SLOW_S)
+        await send({"type": "http.response.body", "body": b"late"})
+        return
     size = 0
     while True:
         message = await receive()
@@ -191,3 +198,99 @@ def test_zero_lifts_a_bound() -> None:
             time.sleep(TIMEOUT_S * 2)
             sock.sendall(_get()[20:])
             assert _answer(sock) == b"0"
+
+
+# -- an answer's head goes out with its body (decision 042) --
+
+
+class _Socket:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def write_eof(self) -> None:
+        self.sent.append(b"<eof>")
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+class _Cycle:
+    more_body = False
+    response_complete = False
+
+
+class _Guard:
+    def __init__(self, loop: asyncio.AbstractEventLoop, cycle: _Cycle | None) -> None:
+        self.loop, self.cycle = loop, cycle
+
+
+def _transport(cycle: _Cycle | None) -> tuple[_LingeringTransport, _Socket, Any]:
+    loop = asyncio.new_event_loop()
+    sock = _Socket()
+    return _LingeringTransport(sock, _Guard(loop, cycle)), sock, loop  # type: ignore[arg-type]
+
+
+def test_an_answers_head_and_body_are_one_send() -> None:
+    transport, sock, loop = _transport(_Cycle())
+    try:
+        transport.write(b"HEAD")
+        assert sock.sent == []
+        transport.write(b"BODY")
+        assert sock.sent == [b"HEADBODY"]
+        loop.run_until_complete(asyncio.sleep(0))  # the loop's turn finds nothing held
+        assert sock.sent == [b"HEADBODY"]
+    finally:
+        loop.close()
+
+
+def test_a_head_with_no_body_yet_goes_out_on_the_loops_next_turn() -> None:
+    transport, sock, loop = _transport(_Cycle())
+    try:
+        transport.write(b"HEAD")
+        loop.run_until_complete(asyncio.sleep(0))
+        assert sock.sent == [b"HEAD"]
+    finally:
+        loop.close()
+
+
+def test_what_is_held_goes_out_before_a_close_or_an_eof() -> None:
+    for finish, last in (("close", None), ("write_eof", b"<eof>")):
+        transport, sock, loop = _transport(_Cycle())
+        try:
+            transport.write(b"HEAD")
+            getattr(transport, finish)()
+            assert sock.sent == [b"HEAD"] + ([last] if last else [])
+        finally:
+            loop.close()
+
+
+def test_a_write_outside_an_answer_is_sent_at_once() -> None:
+    done = _Cycle()
+    done.response_complete = True
+    for cycle in (None, done):
+        transport, sock, loop = _transport(cycle)
+        try:
+            transport.write(b"HTTP/1.1 408 ...")
+            assert sock.sent == [b"HTTP/1.1 408 ..."]
+        finally:
+            loop.close()
+
+
+def test_a_head_is_not_held_back_until_a_late_body(port: int) -> None:
+    with _connect(port) as sock:
+        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        began = time.monotonic()
+        first = sock.recv(65536)
+        took = time.monotonic() - began
+        assert first.startswith(b"HTTP/1.1 200 ") and b"late" not in first, first
+        assert took < SLOW_S / 2, took
+        rest = b""
+        while b"late" not in rest:
+            rest += sock.recv(65536)
