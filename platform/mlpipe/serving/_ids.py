@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import uuid
 
 from mlpipe.serving._schema import PredictRequest, logged_strings
 
@@ -18,8 +17,9 @@ _INVISIBLE = re.compile(f"[{INVISIBLE_CHARACTERS}]")
 
 
 def new_request_id() -> str:
-    """An id for a request that came without one (32 hex digits)."""
-    return uuid.uuid4().hex
+    """An id for a request that came without one: 128 random bits as 32 hex digits (what
+    ``uuid.uuid4().hex`` gives, less its six fixed bits, without building a UUID)."""
+    return os.urandom(16).hex()
 
 
 def worker_id() -> str:

@@ -85,7 +85,10 @@ class PredictRequest(BaseModel):
     @property
     def together(self) -> Together | None:
         """The rows this request is one of (:class:`~mlpipe.serving._item.Together`), if any."""
-        return self._together
+        # read where pydantic keeps it: ``self._together`` is found only after a failed
+        # lookup, through BaseModel.__getattr__, a few microseconds a row
+        private = self.__pydantic_private__
+        return None if private is None else private.get("_together")
 
     def joining(self, together: Together) -> PredictRequest:
         """A copy of this request as a row of ``together``."""
