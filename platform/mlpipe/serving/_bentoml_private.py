@@ -40,6 +40,7 @@ one of these names is first asked for, which only the service does.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging.config
 import re
 import time
@@ -69,6 +70,8 @@ from mlpipe.serving._schema import PredictRequest
 from mlpipe.serving._stack import Layer
 
 _RAW_PATH = "mlpipe.raw_path"  # the scope's path while BentoML's metrics see its label
+# A flush's context: a handle keeps its context, the request's, until it runs
+_NO_CONTEXT = contextvars.Context()
 
 
 class Batcher:
@@ -292,8 +295,7 @@ class RouteMetrics:
             await self.app(scope, receive, send)
             return
         series = self._series.get(label) or self._new_series(label)
-        if series.last_request is not None:
-            series.last_request.set_to_current_time()
+        series.began()
         start = time.perf_counter()
         status = 0
 
@@ -305,8 +307,10 @@ class RouteMetrics:
                 series.answered(status, max(time.perf_counter() - start, 0.0))
             await send(message)
 
-        with series.in_progress.track_inprogress():
+        try:
             await self.app(scope, receive, counted)
+        finally:
+            series.ended()
 
     def _new_series(self, label: str) -> _RouteSeries:
         if not self._metrics._is_setup:
@@ -336,7 +340,16 @@ class RouteMetrics:
 
 
 class _RouteSeries:
-    """One route's labelled series of BentoML's traffic metrics, looked up once."""
+    """One route's labelled series of BentoML's traffic metrics, looked up once.
+
+    Each write of a series in Prometheus's multiprocess mode takes a lock, asks the
+    kernel for the process id and writes the value's file: BentoML's middleware
+    made five a request. The requests in progress, the count of each status and
+    the last request's time are summed here and written once a turn of the event
+    loop (:meth:`flush`: a batch's answers all go out in one turn), so ``/metrics``
+    reads what it did, at most that turn later; the duration is observed per
+    request (decision 042).
+    """
 
     def __init__(self, metrics: Any, endpoint: str, *, stamped: bool) -> None:
         names = {
@@ -350,9 +363,49 @@ class _RouteSeries:
             metrics.metrics_last_request_timestamp.labels(**names) if stamped else None
         )
         self._by_status: dict[int, tuple[Any, Any]] = {}
+        # not written yet: requests begun less those ended, the latest arrival, answers
+        self._in_progress = 0
+        self._arrived: float | None = None
+        self._answers: dict[int, int] = {}
+        self._flush_due = False
+
+    def began(self) -> None:
+        """A request arrived."""
+        self._in_progress += 1
+        if self.last_request is not None:
+            self._arrived = time.time()
+        self._due()
+
+    def ended(self) -> None:
+        """A request is done (answered or not)."""
+        self._in_progress -= 1
+        self._due()
 
     def answered(self, status: int, seconds: float) -> None:
         """Count a request answered with ``status`` and observe how long it took."""
+        self._answers[status] = self._answers.get(status, 0) + 1
+        self._of(status)[1].observe(seconds)
+        self._due()
+
+    def flush(self) -> None:
+        """Write what was summed since the last flush."""
+        self._flush_due = False
+        if self._in_progress:
+            self.in_progress.inc(self._in_progress)
+            self._in_progress = 0
+        if self._arrived is not None and self.last_request is not None:
+            self.last_request.set(self._arrived)
+            self._arrived = None
+        for status, count in self._answers.items():
+            self._of(status)[0].inc(count)
+        self._answers.clear()
+
+    def _due(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self.flush, context=_NO_CONTEXT)
+
+    def _of(self, status: int) -> tuple[Any, Any]:
         pair = self._by_status.get(status)
         if pair is None:
             labels = {"endpoint": self._endpoint, "http_response_code": status, **self._names}
@@ -361,8 +414,7 @@ class _RouteSeries:
                 self._metrics.metrics_request_duration.labels(**labels),
             )
             self._by_status[status] = pair
-        pair[0].inc()
-        pair[1].observe(seconds)
+        return pair
 
 
 # BentoML's middleware -> mlpipe's, in its place (ScoringAppFactory)

@@ -398,3 +398,72 @@ def test_a_batcher_not_bound_says_so() -> None:
 
     with pytest.raises(RuntimeError, match="not bound"):
         asyncio.run(Batcher("predict")(_requests(1)))
+
+
+# -- BentoML's traffic series, summed a loop turn at a time (decision 042) --
+
+
+class _Series:
+    """A labelled series: the writes it got."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, float]] = []
+
+    def inc(self, amount: float = 1) -> None:
+        self.writes.append(("inc", amount))
+
+    def set(self, value: float) -> None:
+        self.writes.append(("set", value))
+
+    def observe(self, value: float) -> None:
+        self.writes.append(("observe", value))
+
+
+class _Family:
+    def __init__(self) -> None:
+        self.children: dict[tuple[tuple[str, Any], ...], _Series] = {}
+
+    def labels(self, **labels: Any) -> _Series:
+        return self.children.setdefault(tuple(sorted(labels.items())), _Series())
+
+    def writes(self, **labels: Any) -> list[tuple[str, float]]:
+        chosen = [s for key, s in self.children.items() if labels.items() <= set(key)]
+        return [w for s in chosen for w in s.writes]
+
+
+class _Traffic:
+    def __init__(self) -> None:
+        self.metrics_request_in_progress = _Family()
+        self.metrics_last_request_timestamp = _Family()
+        self.metrics_request_total = _Family()
+        self.metrics_request_duration = _Family()
+
+
+def test_a_routes_counts_and_gauges_are_written_once_a_loop_turn() -> None:
+    import asyncio
+
+    from mlpipe.serving._bentoml_private import _RouteSeries
+
+    traffic = _Traffic()
+    series = _RouteSeries(traffic, "/predict", stamped=True)
+    total, in_progress = traffic.metrics_request_total, traffic.metrics_request_in_progress
+
+    async def turns() -> None:
+        for status in (200, 200, 422):  # three requests answered in one turn
+            series.began()
+            series.answered(status, 0.002)
+            series.ended()
+        assert total.writes() == [] and in_progress.writes() == []  # nothing yet
+        assert len(traffic.metrics_request_duration.writes()) == 3  # durations at once
+        await asyncio.sleep(0)
+        assert total.writes(http_response_code=200) == [("inc", 2)]
+        assert total.writes(http_response_code=422) == [("inc", 1)]
+        assert in_progress.writes() == []  # three began, three ended: nothing to write
+        assert [w[0] for w in traffic.metrics_last_request_timestamp.writes()] == ["set"]
+        series.began()  # one still in progress at the turn's end
+        await asyncio.sleep(0)
+        series.ended()
+        await asyncio.sleep(0)
+        assert in_progress.writes() == [("inc", 1), ("inc", -1)]
+
+    asyncio.run(turns())
