@@ -219,7 +219,7 @@ class PredictGateway:
             return
         rt = self.runtime.runtime
         assert rt is not None  # admitted: the slot holds a ready runtime
-        rt.metrics.latency.labels(req.model, result["arm"]).observe(time.perf_counter() - started)
+        rt.metrics.request_latency(req.model, result["arm"]).observe(time.perf_counter() - started)
         data = _ENCODE(result)
         headers = [*_JSON, (b"content-length", str(len(data)).encode())]
         if self.response_headers is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -29,6 +29,18 @@ class ServingMetrics:
     reloads: Any  # Counter{model, result=loaded|refused}
     batch_size: Any  # Histogram, requests per pipeline batch
     predlog_errors: Any  # Counter{policy}, rows the prediction log failed to write
+    _latency_of: dict[tuple[str, str], Any] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def request_latency(self, model: str, arm: str) -> Any:
+        """``latency``'s series for (``model``, ``arm``), looked up once: ``labels()``
+        takes a lock and builds its key on every call, and the gateway observes one a
+        request. The models are those served, the arms two, so the entries are few."""
+        series = self._latency_of.get((model, arm))
+        if series is None:
+            series = self._latency_of[model, arm] = self.latency.labels(model, arm)
+        return series
 
 
 # field → (name, help, labels) of each counter

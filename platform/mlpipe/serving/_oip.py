@@ -202,7 +202,7 @@ class InferenceProtocol:
             return
         elapsed = time.perf_counter() - started
         for answer in answers:
-            rt.metrics.latency.labels(served.name, answer["arm"]).observe(elapsed)
+            rt.metrics.request_latency(served.name, answer["arm"]).observe(elapsed)
         await asyncio.sleep(0)  # observing and encoding 1,024 answers take a few ms each
         await _reply(send, 200, *encode_response(served.name, request, answers, outputs))
 
