@@ -57,6 +57,9 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BINARY_TENSORS = "application/octet-stream"
 
 
+_JSON_ONLY = [b"application/json"]
+
+
 class RequestIntake:
     """415 for a body that is not JSON, 413 over the size limit, 408 for a body too slow."""
 
@@ -86,9 +89,11 @@ class RequestIntake:
             return
         # Every Content-Type line is checked: a JSON one first cannot smuggle a second.
         types = [v for k, v in scope["headers"] if k == b"content-type"] or [b""]
-        problem = next(
-            (p for t in types if (p := _content_type_problem(scope["path"], t, headers))), None
-        )
+        problem = None
+        if types != _JSON_ONLY:  # the usual request: one Content-Type, plain JSON
+            problem = next(
+                (p for t in types if (p := _content_type_problem(scope["path"], t, headers))), None
+            )
         if problem is not None:
             await refuse(
                 self.runtime, send, error_for(UnsupportedMediaType(problem)), [CONNECTION_CLOSE]
