@@ -133,6 +133,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(reason)
 
 
+@pytest.fixture(scope="module")
+def torch_imported(request: pytest.FixtureRequest) -> None:
+    """``torch`` in the test module's globals, imported when its first test runs.
+
+    A module-level import ran at collection, in every xdist worker, whichever
+    worker then ran the module: ~2.7 s of CPU each. The module is marked ``nn``, so
+    where torch is missing its tests skip (or fail under CI) before this runs.
+    """
+    request.module.torch = importlib.import_module("torch")
+
+
 @pytest.fixture
 def nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A working directory in no project (resolved), with no MLPIPE_* variable set."""

@@ -12,12 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from mlpipe.errors import InvalidInput
+from mlpipe.registry._torch_export import exported_module, is_exported
+from mlpipe.registry._torch_flavor import TORCH_CHUNK_ROWS, TorchFlavor
+from mlpipe.tasks import TaskSpec
 
-from mlpipe.errors import InvalidInput  # noqa: E402
-from mlpipe.registry._torch_export import exported_module, is_exported  # noqa: E402
-from mlpipe.registry._torch_flavor import TORCH_CHUNK_ROWS, TorchFlavor  # noqa: E402
-from mlpipe.tasks import TaskSpec  # noqa: E402
+pytestmark = [pytest.mark.nn, pytest.mark.usefixtures("torch_imported")]
+torch: Any = None  # set by the torch_imported fixture before the first test
 
 FLAVOR = TorchFlavor()
 
@@ -36,6 +37,22 @@ def _regressor() -> Any:
     return module
 
 
+def _module(name: str) -> Any:
+    """A module by name (the parametrized tests' cases; built when the test runs):
+    ``<head><outputs>`` (``sigmoid1``, ``softmax3``, ``flatten1``, ``plain3``) or
+    ``regressor``."""
+    if name == "regressor":
+        return _regressor()
+    heads = {
+        "sigmoid": lambda: torch.nn.Sigmoid(),
+        "softmax": lambda: torch.nn.Softmax(dim=1),
+        "flatten": lambda: torch.nn.Flatten(0),
+        "plain": lambda: None,
+    }
+    head = name.rstrip("0123456789")
+    return _mlp(int(name[len(head) :]), heads[head]())
+
+
 def _rows(n: int, width: int = 4) -> np.ndarray:
     return np.random.default_rng(n).normal(size=(n, width))
 
@@ -48,52 +65,52 @@ def _eager(module: Any, x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize(
     ("module", "declared", "expected"),
     [
-        (_mlp(1, torch.nn.Sigmoid()), None, TaskSpec("binary")),
-        (_mlp(2, torch.nn.Softmax(dim=1)), None, TaskSpec("binary")),
-        (_mlp(2, torch.nn.Softmax(dim=1)), "binary", TaskSpec("binary")),
-        (_mlp(3, torch.nn.Softmax(dim=1)), None, TaskSpec("multiclass", (0, 1, 2))),
-        (_mlp(5, torch.nn.Softmax(dim=1)), "multiclass", TaskSpec("multiclass", tuple(range(5)))),
-        (_regressor(), "regression", TaskSpec("regression")),
-        (_mlp(1, torch.nn.Flatten(0)), "regression", TaskSpec("regression")),
-        (_mlp(1, torch.nn.Sigmoid()), "regression", TaskSpec("regression")),
+        ("sigmoid1", None, TaskSpec("binary")),
+        ("softmax2", None, TaskSpec("binary")),
+        ("softmax2", "binary", TaskSpec("binary")),
+        ("softmax3", None, TaskSpec("multiclass", (0, 1, 2))),
+        ("softmax5", "multiclass", TaskSpec("multiclass", tuple(range(5)))),
+        ("regressor", "regression", TaskSpec("regression")),
+        ("flatten1", "regression", TaskSpec("regression")),
+        ("sigmoid1", "regression", TaskSpec("regression")),
     ],
 )
 def test_the_task_is_read_from_the_output_on_a_zero_batch(
-    module: Any, declared: Any, expected: TaskSpec
+    module: str, declared: Any, expected: TaskSpec
 ) -> None:
-    assert FLAVOR.task_of(module, declared) == expected
+    assert FLAVOR.task_of(_module(module), declared) == expected
 
 
 @pytest.mark.parametrize(
     ("module", "declared", "message"),
     [
         (
-            _regressor(),
+            "regressor",
             None,
             "the torch model gives one value per row, [0-9.]+ on a batch of zeros: not a "
             r"probability; end it with a sigmoid \(a binary classifier\) or pass --task "
             "regression",
         ),
         (
-            _mlp(3),
+            "plain3",
             None,
             r"the torch model gives 3 values per row that are not probabilities \(a row of "
             r"zeros gives \[.*\]\); end it with a softmax",
         ),
         (
-            _mlp(3, torch.nn.Softmax(dim=1)),
+            "softmax3",
             "regression",
             "--task regression does not match the model: the torch model gives 3 class "
             r"probabilities per row, so it is multiclass \(3 classes\)",
         ),
         (
-            _mlp(1, torch.nn.Sigmoid()),
+            "sigmoid1",
             "multiclass",
             "--task multiclass does not match the model: the torch model gives one value per "
             "row, so it is binary",
         ),
         (
-            _mlp(2, torch.nn.Softmax(dim=1)),
+            "softmax2",
             "multiclass",
             "--task multiclass does not match the model: the torch model gives 2 class "
             "probabilities per row, so it is binary",
@@ -101,10 +118,11 @@ def test_the_task_is_read_from_the_output_on_a_zero_batch(
     ],
 )
 def test_a_task_the_output_cannot_carry_is_refused_in_one_line(
-    module: Any, declared: Any, message: str
+    module: str, declared: Any, message: str
 ) -> None:
+    built = _module(module)
     with pytest.raises(InvalidInput, match=f"^{message}$"):
-        FLAVOR.task_of(module, declared)
+        FLAVOR.task_of(built, declared)
 
 
 def test_a_module_that_cannot_be_exported_is_refused_in_one_line() -> None:

@@ -9,14 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from mlpipe.errors import InvalidInput
+from mlpipe.registry._quantize import quantize_module
+from mlpipe.registry._quantize_figures import degradation, evaluate
+from mlpipe.registry._torch_export import exported_module, is_exported
+from mlpipe.registry._torch_flavor import torch_scorer
+from mlpipe.tasks import TaskSpec
 
-from mlpipe.errors import InvalidInput  # noqa: E402
-from mlpipe.registry._quantize import quantize_module  # noqa: E402
-from mlpipe.registry._quantize_figures import degradation, evaluate  # noqa: E402
-from mlpipe.registry._torch_export import exported_module, is_exported  # noqa: E402
-from mlpipe.registry._torch_flavor import torch_scorer  # noqa: E402
-from mlpipe.tasks import TaskSpec  # noqa: E402
+pytestmark = [pytest.mark.nn, pytest.mark.usefixtures("torch_imported")]
+torch: Any = None  # set by the torch_imported fixture before the first test
 
 MULTICLASS = TaskSpec("multiclass", (0, 1, 2))
 
