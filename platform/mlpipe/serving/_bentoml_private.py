@@ -17,11 +17,12 @@ factory, subclassed), so nothing of BentoML's is replaced for anyone else.
   :class:`RouteMetrics` for its traffic metrics, which labelled every series
   with the raw path, so any client could add series without bound (issue 23).
 - :class:`Batcher`: the gateway hands a validated request to the ``predict``
-  API's adaptive batcher (``ServiceAppFactory.batch_infer``: the same queue,
-  batch sizes and metrics as BentoML's route) without BentoML's HTTP route,
-  which serialized, parsed and validated every request again and serialized
-  its answer: about half the server's CPU a request (decision 018). The
-  service's app is built inside a layer of mlpipe's (the front door, decision 009).
+  API's adaptive batcher (BentoML's ``CorkDispatcher`` with the API's limits and
+  batch-size histogram, as its factory's ``batch_infer`` uses it, but wrapped
+  around the API once, not for every request: decision 042) without BentoML's
+  HTTP route, which serialized, parsed and validated every request again and
+  serialized its answer: about half the server's CPU a request (decision 018).
+  The service's app is built inside a layer of mlpipe's (the front door, decision 009).
 - :func:`bind_once`: BentoML looks the API method up on the instance for every
   batch, and each lookup builds a new wrapper around ``inspect.signature``
   (decision 014).
@@ -243,8 +244,8 @@ def scoring_service_class(
 def bind_once(instance: object, name: str) -> None:
     """Keep the API method BentoML binds to ``instance`` on the instance itself.
 
-    BentoML looks the method up on the instance for every batch (``batch_infer``;
-    through its HTTP route, for every request), and each lookup builds a new
+    The batcher looks the method up on the instance for every batch, as BentoML's
+    ``batch_infer`` does (through its HTTP route, for every request), and each lookup builds a new
     wrapper around ``inspect.signature`` (6 % of a worker's CPU at 32
     connections when it was per request). The binding never changes, so the
     first is kept: an instance attribute wins over the (non-data) descriptor.
