@@ -142,20 +142,37 @@ class Batcher:
         would run ahead of every request that came after them; a window at a time,
         those requests get into the batches between windows.
         """
-        infer = self._infer
-        if infer is None:
+        if self._infer is None:
             raise RuntimeError("the batcher is not bound: bind() it, as the service's app does")
         if len(reqs) == 1:  # a /predict: no task to gather
-            return [await infer(reqs[0])]
+            return [await self._one(reqs[0])]
         results: list[Scored] = []
         for start in range(0, len(reqs), self.window):
             part = reqs[start : start + self.window]
-            done = await asyncio.gather(*(infer(r) for r in part), return_exceptions=True)
+            done = await asyncio.gather(*(self._one(r) for r in part), return_exceptions=True)
             failed = next((d for d in done if isinstance(d, BaseException)), None)
             if failed is not None:
                 raise failed
             results += cast("list[Scored]", done)
         return results
+
+    async def _one(self, req: PredictRequest) -> Scored:
+        """``req``'s result from the dispatcher, a cancellation of the caller's kept one.
+
+        BentoML's wrapper answers a job the dispatcher dropped with its fallback (503),
+        but catches any ``CancelledError`` to tell, the caller's own too: a request
+        cancelled while queued (its deadline, 504, or a client gone) came back as
+        "overloaded". The caller's task still counts that cancellation
+        (``Task.cancelling``), so it is raised again.
+        """
+        assert self._infer is not None
+        try:
+            return await self._infer(req)
+        except ServiceUnavailable:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError from None
+            raise
 
 
 class _FactoryApi:

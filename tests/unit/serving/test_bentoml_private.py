@@ -467,3 +467,51 @@ def test_a_routes_counts_and_gauges_are_written_once_a_loop_turn() -> None:
         assert in_progress.writes() == [("inc", 1), ("inc", -1)]
 
     asyncio.run(turns())
+
+
+class _SlowApi(_Api):
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    async def __call__(self, reqs: list[PredictRequest]) -> list[Any]:
+        import asyncio
+
+        await asyncio.sleep(self.seconds)
+        return await super().__call__(reqs)
+
+
+def test_a_request_cancelled_while_queued_is_cancelled_not_refused_as_overloaded() -> None:
+    """BentoML's wrapper turns any CancelledError into its 503 fallback: a request whose
+    deadline passed in the queue came back as "overloaded", and Deadline's 504 never came."""
+    import asyncio
+
+    batcher = Batcher("predict")
+    batcher.bind(_SlowApi(1.0), max_batch_size=8, max_latency_ms=10_000)
+
+    async def timed_out() -> None:
+        async with asyncio.timeout(0.05):
+            await batcher(_requests(1))
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(timed_out())
+
+
+def test_a_job_the_dispatcher_drops_is_refused_as_overloaded() -> None:
+    """BentoML's own refusal stays a 503 (ServiceUnavailable): requests that would wait
+    past max_latency_ms behind slow batches."""
+    import asyncio
+
+    from bentoml.exceptions import ServiceUnavailable
+
+    batcher = Batcher("predict")
+    batcher.bind(_SlowApi(0.02), max_batch_size=2, max_latency_ms=5)
+
+    async def crowd() -> list[Any]:
+        calls = [batcher([r]) for r in _requests(40)]
+        return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    results = asyncio.run(crowd())
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert refused and all(isinstance(r, ServiceUnavailable) for r in refused)
+    assert len(refused) < len(results)  # the rest were scored
