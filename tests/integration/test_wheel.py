@@ -115,7 +115,8 @@ def test_the_wheel_carries_the_package_and_its_files(installed: SimpleNamespace)
     ).stdout.splitlines()
     venv = str(installed.root / "venv")
     assert out[0].startswith(venv) and out[1].startswith(venv), out
-    assert (Path(out[1]) / "service.py").is_file() and (Path(out[1]) / "bentofile.yaml").is_file()
+    for name in ("service.py", "bentofile.yaml", "Dockerfile.template"):
+        assert (Path(out[1]) / name).is_file(), name
     assert out[2] == "['feature_store.prod.yaml', 'feature_store.yaml', 'fraud.py']"
 
 
@@ -219,6 +220,13 @@ def _bento(installed: SimpleNamespace, project: Path) -> list[str]:
     assert (bento / "env" / "python" / "wheels" / installed.wheel.name).is_file()
     requirements = (bento / "env" / "python" / "requirements.txt").read_text()
     assert "onnxruntime==" in requirements and "xgboost-cpu==" in requirements  # formats
+    # the image's default command: mlpipe's server, after BentoML's entrypoint
+    dockerfile = (bento / "env" / "docker" / "Dockerfile").read_text().splitlines()
+    commands = [line for line in dockerfile if line.startswith(("ENTRYPOINT", "CMD"))]
+    assert commands[-2:] == [
+        'ENTRYPOINT [ "/home/bentoml/bento/env/docker/entrypoint.sh" ]',
+        'CMD ["mlpipe", "serve", "--host", "0.0.0.0", "--port", "3000"]',
+    ], commands
     assignments = [f"{k}={v}" for k, v in bento_env.items()]
     return ["env", *assignments, *bentoml, "serve", f"mlpipe-scoring:{bento.name}"]
 
