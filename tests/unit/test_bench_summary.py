@@ -149,6 +149,26 @@ def test_targets_report_the_log_cost_and_variant_shedding() -> None:
     assert "3 × 503, errors answered in p99 2.0 ms" in shed
 
 
+def test_a_floor_point_under_its_own_other_points_is_flagged_not_read_alone() -> None:
+    """The floor's c=32 figure is bimodal (decision 042): a low one read as mlpipe at twice
+    its share of the floor."""
+
+    def closed(system: str, concurrency: int, n: int) -> dict[str, object]:
+        return summarize(system, "closed", Sample([0.001] * n, 0, 1.0), concurrency=concurrency)
+
+    mlpipe = closed("mlpipe", 32, 8_700)
+    low = [mlpipe, closed("floor", 8, 24_000), closed("floor", 32, 16_700)]
+    low.append(closed("floor", 128, 31_800))
+    line = next(x for x in targets(low) if "mlpipe / floor" in x)
+    assert line.startswith("  mlpipe / floor at c=32: 0.52 (fraction of the floor); its c=32")
+    assert "under 0.8 × its c=128 point (16700 against 31800 req/s)" in line
+    usual = [mlpipe, closed("floor", 8, 24_000), closed("floor", 32, 28_000)]
+    line = next(x for x in targets(usual) if "mlpipe / floor" in x)
+    assert line == "  mlpipe / floor at c=32: 0.31 (fraction of the floor)"
+    quick = [mlpipe, closed("floor", 32, 16_700)]  # one point: nothing to compare
+    assert next(x for x in targets(quick) if "mlpipe / floor" in x).endswith("floor)")
+
+
 def test_ab_pairs_each_round_with_the_baseline_of_the_same_round() -> None:
     def closed(label: str, rnd: int, n: int, p99_s: float) -> dict[str, object]:
         row = summarize(
