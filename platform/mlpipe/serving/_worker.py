@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import socket
 from typing import Any, cast
 
@@ -25,6 +26,11 @@ from mlpipe.serving._bentoml_private import configure_worker_logging, enter_work
 from mlpipe.serving._header_guard import HeadGuard
 
 KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's and BentoML's)
+# The cycle collector's thresholds in a worker (Python's are 700, 10, 10): a request
+# allocates hundreds of objects that die young, so at 700 the young generation was
+# collected every few requests; 1.072 x the requests a worker served, p99 -1.1 ms
+# (decision 043). A cycle lives at most 20,000 allocations longer.
+COLLECTOR_THRESHOLDS = (20_000, 20, 20)
 
 
 def http_protocol(max_bytes: int, timeout_s: float) -> type[asyncio.Protocol] | str:
@@ -62,6 +68,7 @@ def worker_config(app: ASGIApp, *, backlog: int, graceful_s: int | None) -> uvic
 def serve(service: str, *, fd: int, worker_id: int, backlog: int, graceful_s: int | None) -> None:
     """Serve ``service`` (BentoML's import string, in the working directory) on socket ``fd``
     until uvicorn is told to stop (SIGTERM: it drains, within ``graceful_s``)."""
+    gc.set_threshold(*COLLECTOR_THRESHOLDS)
     configure_worker_logging()
     svc = cast("bentoml.Service[Any]", bentoml.load(service, standalone_load=True))
     enter_worker_context(svc, worker_id)

@@ -37,3 +37,27 @@ def test_the_config_reads_the_serving_settings(
     assert (config.backlog, config.workers, config.timeout_keep_alive) == (32, 1, KEEP_ALIVE_S)
     assert config.log_config is None and not config.server_header
     assert config.lifespan == "on"  # a startup that raises stops the worker, loudly
+
+
+def test_a_worker_collects_cycles_at_its_own_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set before the service loads (decision 043), so every object of the worker's life
+    is collected at them."""
+    import gc
+
+    from mlpipe.serving import _worker
+
+    seen: list[tuple[int, ...]] = []
+
+    def load(*args: object, **kwargs: object) -> None:
+        seen.append(gc.get_threshold())
+        raise SystemExit("stop before serving")
+
+    monkeypatch.setattr(_worker.bentoml, "load", load)
+    monkeypatch.setattr(_worker, "configure_worker_logging", lambda: None)
+    before = gc.get_threshold()
+    try:
+        with pytest.raises(SystemExit, match="stop before serving"):
+            _worker.serve("service:Scoring", fd=-1, worker_id=1, backlog=1, graceful_s=None)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [_worker.COLLECTOR_THRESHOLDS] != [before]
