@@ -7,6 +7,7 @@ and some read the request body, so those two steps live here once.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, overload
@@ -23,6 +24,10 @@ class ClientDisconnected(Exception):
 
 
 CONNECTION_CLOSE = (b"connection", b"close")
+# The context of a callback a request schedules to run later (a timer, a flush): a handle
+# keeps its context until it runs, and a request's context holds that request's state,
+# which must not outlive it (decision 006).
+NO_CONTEXT = contextvars.Context()
 
 
 @overload
@@ -76,6 +81,7 @@ async def send_json(
 
 __all__ = [
     "CONNECTION_CLOSE",
+    "NO_CONTEXT",
     "ASGIApp",
     "ClientDisconnected",
     "Message",

@@ -41,7 +41,6 @@ one of these names is first asked for, which only the service does.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging.config
 import re
 import time
@@ -62,7 +61,7 @@ from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from starlette.middleware import Middleware
 from starlette.routing import compile_path
 
-from mlpipe.serving._asgi import ASGIApp, Message, Receive, Scope, Send
+from mlpipe.serving._asgi import NO_CONTEXT, ASGIApp, Message, Receive, Scope, Send
 from mlpipe.serving._deadline import Deadline
 from mlpipe.serving._item import Scored
 from mlpipe.serving._metrics import EndpointLabels
@@ -71,8 +70,6 @@ from mlpipe.serving._schema import PredictRequest
 from mlpipe.serving._stack import Layer
 
 _RAW_PATH = "mlpipe.raw_path"  # the scope's path while BentoML's metrics see its label
-# A flush's context: a handle keeps its context, the request's, until it runs
-_NO_CONTEXT = contextvars.Context()
 
 
 class Batcher:
@@ -421,7 +418,7 @@ class _RouteSeries:
     def _due(self) -> None:
         if not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self.flush, context=_NO_CONTEXT)
+            asyncio.get_running_loop().call_soon(self.flush, context=NO_CONTEXT)
 
     def _of(self, status: int) -> tuple[Any, Any]:
         pair = self._by_status.get(status)

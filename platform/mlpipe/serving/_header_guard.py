@@ -32,6 +32,8 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from mlpipe.serving._asgi import NO_CONTEXT
+
 _END = b"\r\n\r\n"  # llhttp accepts no other end of a head (a bare LF is a parse error)
 LINGER_S = 2.0  # the longest a refused client's body in flight is read and dropped
 LINGER_BYTES = 8 * 1024 * 1024  # the most of it read before the close comes anyway
@@ -64,7 +66,7 @@ class _LingeringTransport:
                 self._transport.write(data)  # not an answer's head (a refusal of the guard's)
                 return
             self._held = data
-            self._guard.loop.call_soon(self.flush)
+            self._guard.loop.call_soon(self.flush, context=NO_CONTEXT)
             return
         self._held = None
         self._transport.write(held + data)

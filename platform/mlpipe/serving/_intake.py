@@ -55,9 +55,7 @@ from mlpipe.serving._timeouts import Timeouts
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _BINARY_TENSORS = "application/octet-stream"
-
-
-_JSON_ONLY = [b"application/json"]
+_JSON_ONLY = [b"application/json"]  # the usual request's Content-Type lines
 
 
 class RequestIntake:

@@ -12,10 +12,9 @@ order and one timer for the oldest. An overdue block is expired through
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from types import TracebackType
 
-_EMPTY = contextvars.Context()
+from mlpipe.serving._asgi import NO_CONTEXT
 
 
 class Timeouts:
@@ -45,10 +44,9 @@ class Timeouts:
             self._schedule(when)
 
     def _schedule(self, when: float) -> None:
-        # In a context of its own: a timer keeps its context alive until it fires, and the
-        # context of the request that armed it holds that request's state (decision 006).
         assert self._loop is not None
-        self._timer = self._loop.call_at(when, self._expire, context=_EMPTY)
+        # not in the context of the request that armed it, which the timer would keep alive
+        self._timer = self._loop.call_at(when, self._expire, context=NO_CONTEXT)
 
     def _expire(self) -> None:
         assert self._loop is not None
