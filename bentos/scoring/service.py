@@ -33,6 +33,7 @@ from mlpipe.serving import (
     request_stack,
     scoring_service_class,
     span_headers,
+    unguarded_worker,
 )
 
 settings = load_settings()
@@ -75,6 +76,8 @@ class Scoring:
     """Gateway and model runner in one process per worker (decision 001)."""
 
     def __init__(self) -> None:
+        if (unguarded := unguarded_worker()) is not None:
+            logging.getLogger("mlpipe.serving").warning(unguarded)
         _share_inflight()
         self.runtime = ServingRuntime(settings)
         _share_readiness(self.runtime)

@@ -137,6 +137,8 @@ def _train(project: Path) -> None:
 
 
 READY_IN_A_ROW = 20  # with two workers, a not-ready one is missed 20 times in 2**-19 of starts
+# what the service logs when a worker of another server than mlpipe's serves it
+UNGUARDED = "this worker was not started by `mlpipe serve`"
 
 
 def _serve(
@@ -279,6 +281,7 @@ def test_init_register_deploy_serve_predict_sync_in_an_empty_directory(
     assert _run(installed, sub, "deploy", "fraud", "--version", "1").returncode == 0
     answers = _predict_twice(installed, project, None)
     assert [a.status_code for a in answers] == [200, 200], answers[0].text
+    assert UNGUARDED not in (project / "serve.log").read_text(errors="replace")
     assert answers[0].json()["version"] == "1" and 0 <= answers[0].json()["score"] <= 1
     sync = _run(installed, sub, "warehouse", "sync", "--json")
     assert sync.returncode == 0, sync.stderr
@@ -289,6 +292,8 @@ def test_init_register_deploy_serve_predict_sync_in_an_empty_directory(
     _log_to_kafka(project, broker.result())
     from_bento = _predict_twice(installed, project, _bento(installed, project))
     assert [a.status_code for a in from_bento] == [200, 200], from_bento[0].text
+    # BentoML's worker bounds no request head: its server log says so, at each worker's start
+    assert UNGUARDED in (project / "serve.log").read_text(errors="replace")
     assert from_bento[0].json()["score"] == answers[0].json()["score"]
     from_kafka = _run(installed, sub, "warehouse", "sync", "--json")
     assert from_kafka.returncode == 0, from_kafka.stderr

@@ -22,6 +22,7 @@ from mlpipe.serving._pipeline import ScoringPipeline
 from mlpipe.serving._runtime import RuntimeSlot, ServingRuntime
 from mlpipe.serving._schema import PredictRequest, PredictResponse
 from mlpipe.serving._server import (
+    MLPIPE_WORKER,
     SERVICE,
     WORKER_ENV,
     ScoringProcess,
@@ -29,6 +30,7 @@ from mlpipe.serving._server import (
     free_port,
     server_command,
     service_dir,
+    unguarded_worker,
 )
 from mlpipe.serving._stack import Layer, front_door, request_stack
 
@@ -62,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEFAULT_TENANT",
+    "MLPIPE_WORKER",
     "READY_LOG",
     "SERVICE",
     "UNAUTHORIZED",
@@ -102,4 +105,5 @@ __all__ = [
     "service_dir",
     "serving_metrics",
     "span_headers",
+    "unguarded_worker",
 ]

@@ -29,7 +29,7 @@ from circus.arbiter import Arbiter
 from circus.sockets import CircusSocket
 from circus.watcher import Watcher
 
-from mlpipe.serving._server import WORKER_ENV
+from mlpipe.serving._server import MLPIPE_WORKER, WORKER_ENV
 
 SOCKET = "api"
 _log = logging.getLogger("mlpipe.serving")
@@ -53,9 +53,15 @@ def worker_argv(service: str, *, backlog: int, graceful_s: int) -> list[str]:
 
 
 def worker_env(metrics_dir: str) -> dict[str, str]:
-    """The workers' environment: this process's, :data:`WORKER_ENV` where it is unset, and
-    BentoML's Prometheus directory (its metrics client and prometheus_client both read it)."""
-    return {**WORKER_ENV, **os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    """The workers' environment: this process's, :data:`WORKER_ENV` where it is unset,
+    BentoML's Prometheus directory (its metrics client and prometheus_client both read it),
+    and :data:`MLPIPE_WORKER` (the service tells a worker of another server by its absence)."""
+    return {
+        **WORKER_ENV,
+        **os.environ,
+        "PROMETHEUS_MULTIPROC_DIR": metrics_dir,
+        MLPIPE_WORKER: "1",
+    }
 
 
 def build_arbiter(

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -28,6 +29,29 @@ SERVICE = "service:Scoring"
 # decorator is off by design (Feast's checks cost seconds of a start; decision 038).
 # `bentos/scoring/service.py` declares the same to BentoML, for `bentoml serve`.
 WORKER_ENV = {"PYTHONOPTIMIZE": "1"}
+# Set by mlpipe's arbiter in its workers' environment (``_arbiter.worker_env``): a worker
+# without it was started by another server, such as ``bentoml serve`` (decision 039).
+MLPIPE_WORKER = "MLPIPE_WORKER"
+
+
+def unguarded_worker(environ: Mapping[str, str] = os.environ) -> str | None:
+    """What this worker lacks when another server than mlpipe's started it, or None.
+
+    ``bentoml serve`` runs BentoML's own worker, whose HTTP protocol is uvicorn's: the
+    request head is bounded neither in size nor in time. The service logs this at
+    start, so a deployment that skipped ``mlpipe serve`` is told, not left unguarded
+    in silence.
+    """
+    if environ.get(MLPIPE_WORKER) == "1":
+        return None
+    return (
+        "this worker was not started by `mlpipe serve` (by `bentoml serve`?): its HTTP "
+        "protocol bounds no request head, so serving.max_header_bytes (431) and "
+        "serving.header_timeout_s (408) are not enforced; serve with `mlpipe serve`, "
+        "as the image's default command does"
+    )
+
+
 _DRAIN_MARGIN_S = 5
 _REGISTRY_RETRIES = {  # the serving workers' MLflow client; the user's own values win
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
@@ -225,6 +249,7 @@ class ScoringProcess:
 
 
 __all__ = [
+    "MLPIPE_WORKER",
     "SERVICE",
     "WORKER_ENV",
     "ScoringProcess",
@@ -232,4 +257,5 @@ __all__ = [
     "free_port",
     "server_command",
     "service_dir",
+    "unguarded_worker",
 ]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mlpipe.serving import WORKER_ENV
+from mlpipe.serving import WORKER_ENV, unguarded_worker
 from mlpipe.serving._arbiter import SOCKET, build_arbiter, worker_argv, worker_env
 
 
@@ -27,6 +27,7 @@ def test_the_workers_run_optimized_unless_the_environment_says(
     assert env["PYTHONOPTIMIZE"] == WORKER_ENV["PYTHONOPTIMIZE"] == "1"
     assert env["MLPIPE_HOME"] == "/somewhere"  # the server's settings reach the workers
     assert env["PROMETHEUS_MULTIPROC_DIR"] == "/metrics-dir"
+    assert unguarded_worker(env) is None  # the service knows its worker is mlpipe's
     monkeypatch.setenv("PYTHONOPTIMIZE", "0")  # typeguard's checks on, for debugging
     assert worker_env("/metrics-dir")["PYTHONOPTIMIZE"] == "0"
 

@@ -8,7 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from mlpipe.config import load_settings
-from mlpipe.serving import server_command, service_dir
+from mlpipe.serving import MLPIPE_WORKER, server_command, service_dir, unguarded_worker
 
 
 def test_server_command_passes_home_and_overrides(tmp_path: Path) -> None:
@@ -47,3 +47,15 @@ def test_serving_workers_give_up_on_a_dead_registry_in_seconds(tmp_path, monkeyp
     _, env = server_command(load_settings(home=tmp_path))
     assert env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "1"
     assert env["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "3"  # the operator's own value wins
+
+
+def test_a_worker_another_server_started_is_told_its_heads_are_unbounded() -> None:
+    """``bentoml serve`` runs BentoML's worker, on uvicorn's own protocol: the service
+    logs this at start (the wheel test reads it in a Bento's server log)."""
+    said = unguarded_worker({})
+    assert said is not None
+    for words in ("`bentoml serve`", "serving.max_header_bytes (431)", "`mlpipe serve`"):
+        assert words in said
+    assert "serving.header_timeout_s (408)" in said
+    assert unguarded_worker({MLPIPE_WORKER: "1"}) is None
+    assert unguarded_worker({MLPIPE_WORKER: "0"}) is not None  # only mlpipe's arbiter says 1
