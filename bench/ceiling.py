@@ -21,6 +21,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -145,11 +146,13 @@ def cut_source(source: str, cut: Cut) -> str:
     return source[:at] + _ANSWER_AT_ENTRY + source[at:]
 
 
-def cut_tree(root: Path, cut: Cut, into: Path, rev: str = "HEAD") -> Path:
-    """``rev`` of the repository at ``root`` in ``into/<cut name>``, with the cut made."""
+def cut_tree(root: Path, cut: Cut, into: Path) -> Path:
+    """``HEAD`` of the repository at ``root`` in ``into/<cut name>`` (made afresh), with the
+    cut made."""
     tree = into / cut.name
+    shutil.rmtree(tree, ignore_errors=True)
     archive = subprocess.run(
-        ["git", "-C", str(root), "archive", rev], check=True, capture_output=True
+        ["git", "-C", str(root), "archive", "HEAD"], check=True, capture_output=True
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tree, filter="data")
@@ -159,10 +162,10 @@ def cut_tree(root: Path, cut: Cut, into: Path, rev: str = "HEAD") -> Path:
 
 
 def steps(rows: list[dict[str, Any]], labels: dict[str, str], cores: int) -> str:
-    """The table: each cut's median req/s, the machine's CPU µs an answered request,
-    and the step from the cut before it (the full path last)."""
+    """The table: each cut's median req/s, the machine's CPU µs an answer, and the step
+    from the cut before it (the whole path last)."""
     lines = [
-        "| answered at | what the path holds | req/s (median) | CPU µs / request | step µs |",
+        "| answered at | what the path holds | req/s (median) | CPU µs / answer | step µs |",
         "|---|---|---|---|---|",
     ]
     before: float | None = None
@@ -183,7 +186,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.ceiling", description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--cuts", default=",".join(c.name for c in CUTS), help="a subset, in order")
-    p.add_argument("--rev", default="HEAD", help="the commit the trees are made from")
     p.add_argument("--trees", type=Path, default=RESULTS / "ceiling-trees")
     p.add_argument("--home", type=Path, default=RESULTS / "home")
     p.add_argument("--out", type=Path, default=RESULTS / "ceiling")
@@ -200,9 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     labels: dict[str, str] = {}
     for cut in args.cuts:
-        tree = cut_tree(ROOT, cut, args.trees, args.rev)
+        tree = cut_tree(ROOT, cut, args.trees)
         labels[f"tree={tree}"] = cut.says
-    labels[ab.BASELINE] = "+ the answers and the prediction log: the whole path"
+    labels[ab.BASELINE] = "the whole path, the prediction log included"
     variants = [ab.BASELINE, *(v for v in labels if v != ab.BASELINE)]
     argv_ab = ["--variants", ",".join(variants), "--rounds", str(args.rounds)]
     code = ab.main([*argv_ab, "--home", str(args.home), "--out", str(args.out)])

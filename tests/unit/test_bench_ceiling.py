@@ -38,8 +38,12 @@ def test_a_cut_whose_place_is_gone_says_which_and_where() -> None:
 
 def test_cut_tree_extracts_the_commit_and_cuts_only_its_file(tmp_path: Path) -> None:
     cut = next(c for c in CUTS if c.name == "admitted")
+    stale = tmp_path / "admitted" / "from-an-older-run.py"
+    stale.parent.mkdir()
+    stale.write_text("")
     tree = cut_tree(ROOT, cut, tmp_path)
     assert tree == tmp_path / "admitted"
+    assert not stale.exists()  # made afresh
     committed = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"HEAD:{cut.path}"],
         check=True,
