@@ -36,17 +36,15 @@ from bench.run import RESULTS
 ROOT = Path(__file__).resolve().parent.parent
 SERVING = "platform/mlpipe/serving"
 _CALL = "    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:\n"
-# the answer of an "entry" cut: the body read whole and parsed, a constant sent back
+# the answer of an "entry" cut: the body read whole (the project's own read_body) and
+# parsed, a constant sent back
 _ANSWER_AT_ENTRY = """\
         if scope.get("path") == "/predict":
             import json as _json
-            _chunks = []
-            while True:
-                _message = await receive()
-                _chunks.append(_message.get("body", b""))
-                if not _message.get("more_body"):
-                    break
-            _json.loads(b"".join(_chunks))
+
+            from mlpipe.serving._asgi import read_body as _read_body
+
+            _json.loads(await _read_body(scope, receive))
             _body = b'{"score":0.0,"label":0}'
             _length = str(len(_body)).encode()
             _head = [(b"content-type", b"application/json"), (b"content-length", _length)]
@@ -54,11 +52,17 @@ _ANSWER_AT_ENTRY = """\
             await send({"type": "http.response.body", "body": _body})
             return
 """
-# a scored answer of the bench model, for the cuts after the gateway's admission
-_SCORED = (
-    '{"request_id": {r}.request_id, "model": {r}.model, "version": "1", '
-    '"arm": "champion", "generation": 1, "score": 0.5, "label": 0}'
-)
+
+
+def _scored(req: str) -> str:
+    """The source of a scored answer of the bench model to the request named ``req``, for
+    the cuts after the gateway's admission."""
+    return (
+        f'{{"request_id": {req}.request_id, "model": {req}.model, "version": "1", '
+        '"arm": "champion", "generation": 1, "score": 0.5, "label": 0}'
+    )
+
+
 # the body of ScoringPipeline.predict_batch_async, the batch the service's API scores
 _ASYNC_BATCH = """\
         unserved, items = self._score_batch(requests)
@@ -113,21 +117,21 @@ CUTS: tuple[Cut, ...] = (
         "+ the gateway: parse, admission checks, ids, its latency histogram, the answer",
         f"{SERVING}/_gateway.py",
         replace="            (result,) = await self.batch([req])\n",
-        by=f"            result = {_SCORED.replace('{r}', 'req')}\n",
+        by=f"            result = {_scored('req')}\n",
     ),
     Cut(
         "batcher",
         "+ BentoML's batcher (the pipeline answers constants)",
         f"{SERVING}/_pipeline.py",
         replace=_ASYNC_BATCH,
-        by=f"        return [{_SCORED.replace('{r}', 'r')} for r in requests]\n",
+        by=f"        return [{_scored('r')} for r in requests]\n",
     ),
     Cut(
         "scored",
         "+ the pipeline's routing, features and scoring",
         f"{SERVING}/_pipeline.py",
         replace="        await self._log(own)\n",  # in predict_batch_async, which the service calls
-        by=f"        return [{_SCORED.replace('{r}', 'r')} for r in requests]\n",
+        by=f"        return [{_scored('r')} for r in requests]\n",
     ),
 )
 
