@@ -32,6 +32,12 @@ WORKER_ENV = {"PYTHONOPTIMIZE": "1"}
 # Set by mlpipe's arbiter in its workers' environment (``_arbiter.worker_env``): a worker
 # without it was started by another server, such as ``bentoml serve`` (decision 039).
 MLPIPE_WORKER = "MLPIPE_WORKER"
+_DRAIN_MARGIN_S = 5
+_REGISTRY_RETRIES = {  # the serving workers' MLflow client; the user's own values win
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 
 
 def unguarded_worker(environ: Mapping[str, str] = os.environ) -> str | None:
@@ -50,14 +56,6 @@ def unguarded_worker(environ: Mapping[str, str] = os.environ) -> str | None:
         "serving.header_timeout_s (408) are not enforced; serve with `mlpipe serve`, "
         "as the image's default command does"
     )
-
-
-_DRAIN_MARGIN_S = 5
-_REGISTRY_RETRIES = {  # the serving workers' MLflow client; the user's own values win
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-}
 
 
 def service_dir() -> Path:
