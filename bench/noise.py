@@ -9,6 +9,15 @@ burns ~250 ms of CPU; `perf sched` put it on a core during a 157 ms spike
 records the CPU that processes outside the bench used meanwhile (kernel
 threads included) and the time the hypervisor took the vCPUs away (steal),
 so a bad point can be told from a bad server.
+
+The total is the machine's busy CPU (``/proc/stat``) less the bench's own, so
+it is bounded by what the cores could give. Summing each process's CPU with
+its reaped children's instead overstated it: a parent that reaps a child in
+the middle of a point gets the child's whole lifetime at once (one CI point
+of a few seconds read 17,510 ms, more than two cores can give). The names
+beside the total are live processes' own CPU; what no live process used
+(processes that exited meanwhile, ticks taken while idle) is named
+``(exited)``.
 """
 
 from __future__ import annotations
@@ -25,10 +34,21 @@ _PROC = Path("/proc")
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    """Per pid: (name, start time in ticks, CPU seconds with its reaped children); the steal."""
+class ProcessCpu:
+    """One process's CPU so far: its own, and its reaped children's (both in seconds)."""
 
-    cpu: dict[int, tuple[str, int, float]]
+    name: str
+    started: int  # start time in ticks since boot: a pid is the same process while it is
+    own_s: float
+    reaped_s: float
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every process's CPU by pid; the machine's busy CPU and the steal so far (seconds)."""
+
+    cpu: dict[int, ProcessCpu]
+    busy_s: float
     steal_s: float
 
 
@@ -50,35 +70,43 @@ class Noise:
 
 
 def snapshot(proc: Path = _PROC) -> Snapshot:
-    """Every process's CPU so far (user + system, with its reaped children's) and the steal."""
-    cpu: dict[int, tuple[str, int, float]] = {}
+    """Every process's CPU so far (user + system, and its reaped children's); the machine's."""
+    cpu: dict[int, ProcessCpu] = {}
     for entry in proc.iterdir():
         if entry.name.isdigit():
             parsed = _process_cpu(entry / "stat")
             if parsed is not None:
                 cpu[int(entry.name)] = parsed
-    return Snapshot(cpu, _steal_s(proc / "stat"))
+    busy_s, steal_s = _machine_s(proc / "stat")
+    return Snapshot(cpu, busy_s, steal_s)
 
 
 def between(before: Snapshot, after: Snapshot, ours: set[int], top: int = 3) -> Noise:
-    """The CPU processes not in ``ours`` used from ``before`` to ``after``.
+    """The CPU used from ``before`` to ``after`` by processes not in ``ours``.
 
-    A process that started meanwhile counts whole (a pid is the same process if
-    its start time is); one that exited meanwhile is lost unless its parent
-    reaped it (then its CPU is in the parent's).
+    The total is the machine's busy CPU less what ``ours`` used (their own and
+    their reaped children's). A process that started meanwhile counts whole (a
+    pid is the same process while its start time is).
     """
-    used: Counter[str] = Counter()
-    for pid, (name, started, seconds) in after.cpu.items():
+    mine = 0.0
+    named: Counter[str] = Counter()
+    for pid, now in after.cpu.items():
+        then = before.cpu.get(pid)
+        same = then is not None and then.started == now.started
+        own = now.own_s - then.own_s if then is not None and same else now.own_s
         if pid in ours:
-            continue
-        earlier = before.cpu.get(pid)
-        delta = seconds - earlier[2] if earlier and earlier[1] == started else seconds
-        if delta > 0:
-            used[name] += delta * 1000.0
+            reaped = now.reaped_s - then.reaped_s if then is not None and same else now.reaped_s
+            mine += own + reaped
+        elif own > 0:
+            named[now.name] += own * 1000.0
+    other_ms = max(0.0, after.busy_s - before.busy_s - mine) * 1000.0
+    unnamed = other_ms - sum(named.values())
+    if unnamed >= 1.0:  # ms: below a tick is rounding
+        named["(exited)"] = unnamed
     return Noise(
-        other_cpu_ms=sum(used.values()),
+        other_cpu_ms=other_ms,
         steal_ms=max(0.0, after.steal_s - before.steal_s) * 1000.0,
-        top=[(name, ms) for name, ms in used.most_common(top)],
+        top=[(name, ms) for name, ms in named.most_common(top)],
     )
 
 
@@ -103,7 +131,7 @@ def note(row: dict[str, Any]) -> str:
     return f"; meanwhile {others}, steal {steal} ms"
 
 
-def _process_cpu(stat: Path) -> tuple[str, int, float] | None:
+def _process_cpu(stat: Path) -> ProcessCpu | None:
     try:
         text = stat.read_text()
     except OSError:  # exited meanwhile
@@ -111,15 +139,25 @@ def _process_cpu(stat: Path) -> tuple[str, int, float] | None:
     name = text[text.index("(") + 1 : text.rindex(")")]
     fields = text[text.rindex(")") + 2 :].split()
     # proc(5), counted from "state": utime, stime, cutime, cstime at 11-14, starttime at 19
-    return name, int(fields[19]), sum(int(v) for v in fields[11:15]) * _TICK_S
+    own, reaped = (int(fields[11]) + int(fields[12])), (int(fields[13]) + int(fields[14]))
+    return ProcessCpu(name, int(fields[19]), own * _TICK_S, reaped * _TICK_S)
 
 
-def _steal_s(stat: Path) -> float:
+def _machine_s(stat: Path) -> tuple[float, float]:
+    """The busy CPU of all cores and the steal so far, from ``/proc/stat``'s "cpu" line.
+
+    Busy is user, nice, system, irq and softirq: without IRQ time accounting
+    (the usual kernel build) a task's system time includes the interrupts it
+    was interrupted by, so these are what the processes' own times add up to.
+    """
     try:
         first = stat.read_text().splitlines()[0].split()
     except OSError:
-        return 0.0
-    return int(first[8]) * _TICK_S if first[0] == "cpu" and len(first) > 8 else 0.0
+        return 0.0, 0.0
+    if first[0] != "cpu" or len(first) < 9:
+        return 0.0, 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    return (user + nice + system + irq + softirq) * _TICK_S, steal * _TICK_S
 
 
-__all__ = ["Noise", "Snapshot", "bench_pids", "between", "note", "since", "snapshot"]
+__all__ = ["Noise", "ProcessCpu", "Snapshot", "bench_pids", "between", "note", "since", "snapshot"]
