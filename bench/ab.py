@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                 env = {} if label == BASELINE else variant_env(label)
                 spec = servers.mlpipe_spec(home, port, env, label=label)
                 print(f"bench.ab: starting mlpipe ({label})", file=sys.stderr, flush=True)
-                ports[label] = stack.enter_context(servers.running(spec, port, args.out / "logs"))
+                running = servers.running(spec, port, args.out / "logs")
+                ports[label] = stack.enter_context(running).port
             for port in ports.values():
                 _closed(port, body, args.concurrency, args.warmup)
             rates: list[float] = []

@@ -110,6 +110,22 @@ def between(before: Snapshot, after: Snapshot, ours: set[int], top: int = 3) -> 
     )
 
 
+def split(before: Snapshot, after: Snapshot, pids: list[int]) -> list[int]:
+    """The CPU each of ``pids`` used from ``before`` to ``after`` (ms), busiest first.
+
+    A server's processes: whether its workers shared the load. Two uvicorn
+    workers on one listening socket sometimes accept all 32 of a closed loop's
+    connections in one of them, and the other sits idle for the whole point
+    (the floor's low mode: decision 045).
+    """
+    used = []
+    for pid in pids:
+        then, now = before.cpu.get(pid), after.cpu.get(pid)
+        if then is not None and now is not None and then.started == now.started:
+            used.append(round((now.own_s - then.own_s) * 1000.0))
+    return sorted(used, reverse=True)
+
+
 def bench_pids() -> set[int]:
     """This process and everything it started (the systems under test, the generator)."""
     from bench import servers
@@ -117,9 +133,17 @@ def bench_pids() -> set[int]:
     return {os.getpid(), *servers.descendants(os.getpid())}
 
 
-def since(before: Snapshot) -> dict[str, Any]:
-    """The row fields for what ran outside the bench (:func:`bench_pids`) since ``before``."""
-    return between(before, snapshot(), bench_pids()).fields()
+def since(before: Snapshot, server: int | None = None) -> dict[str, Any]:
+    """The row fields for what ran outside the bench (:func:`bench_pids`) since ``before``;
+    with ``server`` (the pid a system was started as), ``server_cpu_ms``: :func:`split`
+    of that process and its descendants."""
+    after = snapshot()
+    fields = between(before, after, bench_pids()).fields()
+    if server is not None:
+        from bench import servers
+
+        fields["server_cpu_ms"] = split(before, after, [server, *servers.descendants(server)])
+    return fields
 
 
 def note(row: dict[str, Any]) -> str:
@@ -160,4 +184,14 @@ def _machine_s(stat: Path) -> tuple[float, float]:
     return (user + nice + system + irq + softirq) * _TICK_S, steal * _TICK_S
 
 
-__all__ = ["Noise", "ProcessCpu", "Snapshot", "bench_pids", "between", "note", "since", "snapshot"]
+__all__ = [
+    "Noise",
+    "ProcessCpu",
+    "Snapshot",
+    "bench_pids",
+    "between",
+    "note",
+    "since",
+    "snapshot",
+    "split",
+]

@@ -245,9 +245,9 @@ def _measure(
     name = spec.name + (f" ({spec.label})" if spec.label else "")
     print(f"bench: {name} starting on :{port}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
-    with servers.running(spec, port, log_dir):
+    with servers.running(spec, port, log_dir) as started:
         print(f"  {name} ready in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
-        rows = _load(spec, port, body, args, rates)
+        rows = _load(started, body, args, rates)
         loaded = time.monotonic()
     print(f"  {name} stopped in {time.monotonic() - loaded:.1f} s", file=sys.stderr, flush=True)
     return rows
@@ -285,20 +285,20 @@ def _measure_together(
     rows: list[dict[str, Any]] = []
     for system, proc in ready:
         try:
-            rows += _load(proc.spec, proc.port, bodies[system], args, rates)
+            rows += _load(proc, bodies[system], args, rates)
         finally:
             servers.stop(proc)
     return rows
 
 
 def _load(
-    spec: servers.SystemSpec,
-    port: int,
+    started: servers.Started,
     body: loadgen.BodyFactory,
     args: argparse.Namespace,
     rates: list[float],
 ) -> list[dict[str, Any]]:
     """Warm a ready system up, then measure it closed loop at each concurrency and open loop."""
+    spec, port, pid = started.spec, started.port, started.proc.pid
     name = spec.name + (f" ({spec.label})" if spec.label else "")
     t0 = time.monotonic()
     rows: list[dict[str, Any]] = []
@@ -312,7 +312,7 @@ def _load(
             host, port, path, body, concurrency=c, duration_s=args.duration, warmup_s=0.5
         )
         rows.append(summarize(spec.name, "closed", sample, concurrency=c, label=spec.label))
-        rows[-1].update(noise.since(before))
+        rows[-1].update(noise.since(before, pid))
         _progress(rows[-1])
     if spec.name == "mlpipe" and not spec.label and not rates:
         c32 = best_closed(rows, "mlpipe")
@@ -326,7 +326,7 @@ def _load(
             host, port, path, body, rate=rate, duration_s=args.duration, warmup_s=OPEN_WARMUP_S
         )
         rows.append(summarize(spec.name, "open", sample, rate=rate, label=spec.label))
-        rows[-1].update(noise.since(before))
+        rows[-1].update(noise.since(before, pid))
         _progress(rows[-1])
     print(f"  {name}: measured {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return rows
@@ -397,8 +397,29 @@ def _moved_note(rows: list[dict[str, Any]], point: dict[str, Any]) -> str:
     )
 
 
-def targets(rows: list[dict[str, Any]], open_saturation: float = 0.0) -> list[str]:
-    """The issue's serving targets as lines of text (information, never asserted)."""
+def _idle_note(point: dict[str, Any], workers: int) -> str:
+    """A warning when fewer of a system's processes did work during ``point`` than it has
+    workers: all the connections went to one worker and the others idled (decision 045).
+    A process did work if it used a tenth of the busiest one's CPU or more."""
+    used = point.get("server_cpu_ms") or []
+    busy = [ms for ms in used if used and ms >= 0.1 * used[0]]
+    if workers < 2 or not used or len(busy) >= workers:
+        return ""
+    return (
+        f"; only {len(busy)} of its {workers} workers served its c={point['concurrency']} "
+        f"point (its processes' CPU ms: {', '.join(map(str, used))}): the figure moved, "
+        "do not read this fraction alone"
+    )
+
+
+def targets(
+    rows: list[dict[str, Any]], open_saturation: float = 0.0, workers: int = 0
+) -> list[str]:
+    """The issue's serving targets as lines of text (information, never asserted).
+
+    ``workers``: what mlpipe, tuned BentoML and the floor were started with, so
+    a point where some of them idled is flagged (0: not checked).
+    """
     out: list[str] = []
     if open_saturation:
         out.append(
@@ -410,7 +431,7 @@ def targets(rows: list[dict[str, Any]], open_saturation: float = 0.0) -> list[st
     if m32:
         out.append(
             f"mlpipe c=32: {m32['rps']:.0f} req/s, p99 {m32['p99_ms']} ms "
-            f"(target ≤ 100), errors {m32['errors']} (target 0)"
+            f"(target ≤ 100), errors {m32['errors']} (target 0){_idle_note(m32, workers)}"
         )
         for other, want in (
             ("bentoml", 1.5),
@@ -423,6 +444,7 @@ def targets(rows: list[dict[str, Any]], open_saturation: float = 0.0) -> list[st
                 ratio = m32["rps"] / o["rps"]
                 goal = f" (target ≥ {want})" if want else " (fraction of the floor)"
                 note = _moved_note(rows, o) if other == "floor" else ""
+                note += _idle_note(o, workers) if other in ("floor", "bentoml-tuned") else ""
                 out.append(f"  mlpipe / {other} at c=32: {ratio:.2f}{goal}{note}")
         u = _labelled(rows, "batch-2", concurrency=32)
         if u and u["rps"]:
@@ -472,7 +494,7 @@ def _write(out: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     (out / "latest.json").write_text(text)
     (out / "latest.meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     table = markdown_table(rows)
-    lines = targets(rows, meta.get("open_saturation") or 0)
+    lines = targets(rows, meta.get("open_saturation") or 0, meta["serving"]["workers"])
     lines += [f"FAILED to run: {f}" for f in meta.get("failed", [])]
     notes = "\n".join(f"- {line}" for line in lines)
     (out / "latest.md").write_text(

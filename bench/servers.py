@@ -163,12 +163,14 @@ def stop(started: Started) -> None:
 
 
 @contextlib.contextmanager
-def running(spec: SystemSpec, port: int, log_dir: Path, timeout_s: float = 180.0) -> Iterator[int]:
-    """Start ``spec`` on ``port``, wait until it is ready, yield the port; always stop it."""
+def running(
+    spec: SystemSpec, port: int, log_dir: Path, timeout_s: float = 180.0
+) -> Iterator[Started]:
+    """Start ``spec`` on ``port``, wait until it is ready, yield it; always stop it."""
     started = start(spec, port, log_dir)
     try:
         wait_ready(started, timeout_s)
-        yield port
+        yield started
     finally:
         stop(started)
 

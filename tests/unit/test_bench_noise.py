@@ -22,6 +22,21 @@ print("burnt", flush=True)
 time.sleep(60)
 """
 
+# a server-like parent whose child burns 0.5 s on "go"
+SERVER = f"""
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", {BURN!r}], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+assert child.stdout.readline().strip() == "ready"
+print("ready", flush=True)
+sys.stdin.readline()
+child.stdin.write("go\\n"); child.stdin.flush()
+assert child.stdout.readline().strip() == "burnt"
+print("burnt", flush=True)
+sys.stdin.readline()
+child.kill(); child.wait()
+"""
+
 # a parent outside the bench whose child burns 0.5 s, then waits; on "go" the parent reaps it
 REAP = f"""
 import subprocess, sys
@@ -193,3 +208,39 @@ def test_a_parent_reaping_a_busy_child_during_a_point_is_not_charged_its_lifetim
     everyone_else = set(after.cpu) - {parent.pid}
     found = noise.between(before, after, ours=everyone_else)
     assert found.other_cpu_ms < 250  # not the 500 ms the child spent before the point
+
+
+def test_split_is_each_processs_own_cpu_during_the_point_busiest_first() -> None:
+    before = noise.Snapshot(
+        {1: _cpu("arbiter", 5, 1.0), 2: _cpu("w1", 6, 5.0), 3: _cpu("w2", 6, 2.0)}, 0.0, 0.0
+    )
+    after = noise.Snapshot(
+        {
+            1: _cpu("arbiter", 5, 1.01, reaped_s=3.0),  # a reaped child is not its work
+            2: _cpu("w1", 6, 5.2),
+            3: _cpu("w2", 6, 6.48),
+            4: _cpu("w3", 9, 1.0),  # started meanwhile: no figure for the whole point
+        },
+        0.0,
+        0.0,
+    )
+    assert noise.split(before, after, [1, 2, 3, 4, 99]) == [4480, 200, 10]
+
+
+def test_since_splits_the_cpu_of_a_server_and_its_descendants() -> None:
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdin is not None and server.stdout is not None
+        assert server.stdout.readline().strip() == "ready"
+        before = noise.snapshot()
+        server.stdin.write("go\n")
+        server.stdin.flush()
+        assert server.stdout.readline().strip() == "burnt"
+        fields = noise.since(before, server.pid)
+    finally:
+        server.kill()
+        server.wait()
+    busiest, parent = fields["server_cpu_ms"]  # the burning child, then the waiting parent
+    assert busiest >= 450 and parent < 100

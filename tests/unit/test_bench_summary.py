@@ -169,6 +169,31 @@ def test_a_floor_point_under_its_own_other_points_is_flagged_not_read_alone() ->
     assert next(x for x in targets(quick) if "mlpipe / floor" in x).endswith("floor)")
 
 
+def test_a_point_where_a_worker_idled_is_flagged_not_read_alone() -> None:
+    """The floor's low mode is all 32 connections on one of its two workers (decision 045);
+    quick runs measure c=32 only, so the check reads the workers' CPU, not other points."""
+
+    def closed(system: str, n: int, cpu: list[int]) -> dict[str, object]:
+        row = summarize(system, "closed", Sample([0.001] * n, 0, 1.0), concurrency=32)
+        return {**row, "server_cpu_ms": cpu}
+
+    mlpipe = closed("mlpipe", 9_500, [4070, 3920, 12])
+    low = [mlpipe, closed("floor", 19_700, [4480, 0, 0])]
+    line = next(x for x in targets(low, workers=2) if "mlpipe / floor" in x)
+    assert line == (
+        "  mlpipe / floor at c=32: 0.48 (fraction of the floor); only 1 of its 2 workers "
+        "served its c=32 point (its processes' CPU ms: 4480, 0, 0): the figure moved, "
+        "do not read this fraction alone"
+    )
+    uneven = [mlpipe, closed("floor", 26_000, [3930, 2430, 0])]  # uneven, but both served
+    assert next(x for x in targets(uneven, workers=2) if "mlpipe / floor" in x).endswith("floor)")
+    assert next(x for x in targets(low) if "mlpipe / floor" in x).endswith("floor)")  # unknown
+    alone = [closed("mlpipe", 5_000, [4100, 90, 3]), closed("bentoml-tuned", 1_000, [900, 880])]
+    lines = targets(alone, workers=2)
+    assert "only 1 of its 2 workers served" in next(x for x in lines if x.startswith("mlpipe c="))
+    assert next(x for x in lines if "bentoml-tuned" in x).endswith("(target ≥ 1.0)")
+
+
 def test_ab_pairs_each_round_with_the_baseline_of_the_same_round() -> None:
     def closed(label: str, rnd: int, n: int, p99_s: float) -> dict[str, object]:
         row = summarize(
