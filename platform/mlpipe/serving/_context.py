@@ -46,7 +46,11 @@ def route_of(scope: Scope) -> Route:
     """The route of an HTTP ``scope`` (anything else is :attr:`Route.OTHER`)."""
     if scope["type"] != "http":
         return Route.OTHER
-    path = scope["path"]
+    return route_of_path(scope["path"])
+
+
+def route_of_path(path: str) -> Route:
+    """The route of an HTTP request's (decoded) path."""
     if path == "/predict":
         return Route.PREDICT
     if path == _OIP or path.startswith(_OIP + "/"):

@@ -23,20 +23,52 @@ the refusal lost the 401, 413 or 415 (issue 29's fuzz saw it in 3 of 4 runs).
 The guard is the same parser with a few integer operations per read;
 uvicorn's ``h11`` protocol, which has a size bound, parses in pure Python
 (decision 025).
+
+The guard also sheds load where it is cheapest. With :attr:`HeadGuard.shed`
+set (the front door's :meth:`~mlpipe.serving.FrontDoor.shed`), a ``POST``
+whose head the front door would refuse right now (a scoring request while the
+worker is saturated) is answered here, from the head, with the front door's
+own 503: no ASGI task, no middleware, no JSON encoding. Its body is read and
+dropped as it comes and the answer goes out once it has all come, on a
+connection kept alive as the front door keeps it. A body still to come
+``shed_body_wait_s`` after the head is answered then and the connection
+closed, lingering, as for any refusal that did not read its body (an
+``Expect: 100-continue`` client, which waits for a word before it sends one,
+gets its 503 that way). Above
+saturation the refusals' own CPU decides how much is left for the admitted
+requests (decision 009); this path costs a refusal about half of what the
+front door's did (decision 046).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, cast
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import (
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from mlpipe.serving._asgi import NO_CONTEXT
 
 _END = b"\r\n\r\n"  # llhttp accepts no other end of a head (a bare LF is a parse error)
 LINGER_S = 2.0  # the longest a refused client's body in flight is read and dropped
 LINGER_BYTES = 8 * 1024 * 1024  # the most of it read before the close comes anyway
+
+
+class Shed(NamedTuple):
+    """An answer given from a request's head, without running the app."""
+
+    status: int
+    headers: Sequence[tuple[bytes, bytes]]
+    body: bytes
+
+
+# The path of a POST → the answer to give it now instead of running the app, or None
+Shedder = Callable[[str], Shed | None]
 
 
 class _LingeringTransport:
@@ -99,6 +131,11 @@ class HeadGuard(HttpToolsProtocol):
 
     max_bytes: int = 64 * 1024
     timeout_s: float = 10.0
+    shed: Shedder | None = None  # see the module docstring
+    # How long a shed request's body may take to come after its head (clients often write
+    # the two apart): its answer waits for it, so the connection is kept; then it is
+    # answered and the connection closed
+    shed_body_wait_s: float = 0.05
 
     _head_bytes: int | None  # bytes of the head now arriving; None while none is expected
     _head_tail: bytes  # the last bytes counted, for an end split between two reads
@@ -108,9 +145,15 @@ class HeadGuard(HttpToolsProtocol):
     _head_timer: asyncio.TimerHandle | None
 
     @classmethod
-    def bounded(cls, max_bytes: int, timeout_s: float) -> type[HeadGuard]:
-        """A subclass with these bounds (uvicorn builds the protocol from a class)."""
-        return type(cls.__name__, (cls,), {"max_bytes": max_bytes, "timeout_s": timeout_s})
+    def bounded(
+        cls, max_bytes: int, timeout_s: float, shed: Shedder | None = None
+    ) -> type[HeadGuard]:
+        """A subclass with these bounds, and ``shed`` (uvicorn builds the protocol from a
+        class). ``shed`` is stored as a static method: it is a bound method of the front
+        door, not one of the protocol's."""
+        attrs: dict[str, Any] = {"max_bytes": max_bytes, "timeout_s": timeout_s}
+        attrs["shed"] = staticmethod(shed) if shed is not None else None
+        return type(cls.__name__, (cls,), attrs)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._socket = transport
@@ -120,14 +163,18 @@ class HeadGuard(HttpToolsProtocol):
         super().connection_made(cast("asyncio.Transport", self._answers))
         self._head_timer = None
         self._head_deadline = None
+        self._shedding: tuple[RequestResponseCycle, Shed] | None = None
+        self._shed_timer: asyncio.TimerHandle | None = None
+        self._reading = False  # inside data_received: a shed answer can wait for its body
         self._expect_head()
         self._start_clock()  # a connection that sends nothing is closed as well
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._head_timer, self._linger_timer):
+        for timer in (self._head_timer, self._linger_timer, self._shed_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._linger_timer = None
+        self._head_timer = self._linger_timer = self._shed_timer = None
+        self._shedding = None
         super().connection_lost(exc)
 
     def linger(self) -> None:
@@ -159,16 +206,80 @@ class HeadGuard(HttpToolsProtocol):
             if self._count(data):
                 self._refuse(431, "Request header fields too large.")
                 return
-        super().data_received(data)
+        self._reading = True
+        try:
+            super().data_received(data)
+        finally:
+            self._reading = False
+        if self._shedding is not None:  # a shed request's body did not all come in this read
+            self._wait_for_shed_body()
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
         self._head_deadline = None
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if self._shedding is None or self._shedding[0] is not self.cycle:
+            super().on_body(body)
+        # else: the body of a request answered from its head, dropped
+
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        if self._shedding is not None and self._shedding[0] is self.cycle:
+            self.cycle.more_body = False
+            self._answer_shed(close=False)
+        else:
+            super().on_message_complete()
         self._expect_head()  # whatever comes next on this connection is a new head
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        shed = self.shed
+        scope = cycle.scope
+        answer = shed(scope["path"]) if shed is not None and scope["method"] == "POST" else None
+        if answer is None:
+            super()._start_asgi_task(cycle, app)
+            return
+        self._shedding = (cycle, answer)
+        if not cycle.more_body:  # a pipelined request whose body came while it waited
+            self._answer_shed(close=False)
+        elif not self._reading:  # a pipelined one whose body is still to come
+            self._wait_for_shed_body()
+        # else: answered when its body has come; if this read ends first, it waits for it
+
+    def _wait_for_shed_body(self) -> None:
+        if self._shed_timer is None:
+            self._shed_timer = self.loop.call_later(
+                self.shed_body_wait_s, self._answer_unfinished, context=NO_CONTEXT
+            )
+
+    def _answer_unfinished(self) -> None:
+        """``shed_body_wait_s`` after a shed request's head, its body not all come: answer
+        and close (lingering)."""
+        self._shed_timer = None
+        if self._shedding is not None and not self.transport.is_closing():
+            self._answer_shed(close=True)
+
+    def _answer_shed(self, *, close: bool) -> None:
+        """Give the shed answer; close (lingering) if asked or the client asked to."""
+        assert self._shedding is not None
+        cycle, answer = self._shedding
+        self._shedding = None
+        if self._shed_timer is not None:
+            self._shed_timer.cancel()
+            self._shed_timer = None
+        close = close or not cycle.keep_alive
+        lines = [STATUS_LINE[answer.status]]
+        for name, value in (*self.server_state.default_headers, *answer.headers):
+            lines += [name, b": ", value, b"\r\n"]
+        lines += [b"content-length: ", str(len(answer.body)).encode("ascii"), b"\r\n"]
+        if close:
+            lines.append(b"connection: close\r\n")
+        lines += [b"\r\n", answer.body]
+        cycle.response_complete = True
+        self._socket.write(b"".join(lines))
+        if close:
+            self.transport.close()  # lingers while its body is still to come
+        self.on_response_complete()
 
     def on_response_complete(self) -> None:
         # Answered before its body had all come (a refusal that read none of it: 401, 413,
@@ -246,4 +357,4 @@ class HeadGuard(HttpToolsProtocol):
         self.linger()
 
 
-__all__ = ["HeadGuard"]
+__all__ = ["HeadGuard", "Shed", "Shedder"]

@@ -36,14 +36,18 @@ close``: the client reconnects, and whichever worker is free to accept takes it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from mlpipe.serving._admission import Admission
 from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Message, Receive, Scope, Send
-from mlpipe.serving._context import Route, context_of
-from mlpipe.serving._error_bodies import NotReady, error_for
-from mlpipe.serving._refusal import refuse
+from mlpipe.serving._context import Route, context_of, route_of_path
+from mlpipe.serving._error_bodies import HTTP_STATUS, NotReady, Overloaded, error_for
+from mlpipe.serving._header_guard import Shed
+from mlpipe.serving._refusal import count_refusal, refuse
 from mlpipe.serving._runtime import RuntimeSlot
+
+_OVERLOADED = HTTP_STATUS[Overloaded]
 
 
 class FrontDoor:
@@ -61,12 +65,27 @@ class FrontDoor:
         self.admission = admission
         self.runtime = runtime or RuntimeSlot()
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
+        self._shed: tuple[str, Shed] | None = None  # the last shed answer, by its message
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if context_of(scope).route.scoring and (refusal := self.admission.refusal()):
             await refuse(self.runtime, send, error_for(refusal), [self.retry_after])
             return
         await self.app(scope, receive, send)
+
+    def shed(self, path: str) -> Shed | None:
+        """The answer :meth:`__call__` would give a scoring request on ``path`` right now,
+        or None: for the worker's protocol, which answers it from the head
+        (:class:`~mlpipe.serving._header_guard.HeadGuard`); counted as a refusal."""
+        if not route_of_path(path).scoring or (refusal := self.admission.refusal()) is None:
+            return None
+        count_refusal(self.runtime, _OVERLOADED)
+        message = str(refusal)
+        if self._shed is None or self._shed[0] != message:  # the message changes with nothing
+            body = json.dumps(error_for(refusal)).encode()
+            headers = [(b"content-type", b"application/json"), self.retry_after]
+            self._shed = (message, Shed(_OVERLOADED, headers, body))
+        return self._shed[1]
 
 
 class ReadinessGate:

@@ -24,11 +24,16 @@ async def refuse(
 ) -> None:
     """Answer with the error ``body`` (its ``status`` is the HTTP status) and count it
     in the metrics of the runtime in ``slot`` (none before there is one)."""
-    status = body["status"]
+    count_refusal(slot, body["status"])
+    await send_json(send, body["status"], body, headers)
+
+
+def count_refusal(slot: RuntimeSlot, status: int) -> None:
+    """Count a refusal of ``status`` in the metrics of the runtime in ``slot`` (none before
+    there is one); for one answered without :func:`refuse`."""
     rt = slot.runtime
     if rt is not None:
         rt.metrics.rejected.labels(str(status)).inc()
-    await send_json(send, status, body, headers)
 
 
-__all__ = ["refuse"]
+__all__ = ["count_refusal", "refuse"]

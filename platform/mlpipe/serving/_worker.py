@@ -23,7 +23,8 @@ import uvicorn
 from mlpipe.config import load_settings
 from mlpipe.serving._asgi import ASGIApp
 from mlpipe.serving._bentoml_private import configure_worker_logging, enter_worker_context
-from mlpipe.serving._header_guard import HeadGuard
+from mlpipe.serving._header_guard import HeadGuard, Shedder
+from mlpipe.serving._overload import FrontDoor
 
 KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's and BentoML's)
 # The cycle collector's thresholds in a worker (Python's are 700, 10, 10): a request
@@ -33,12 +34,14 @@ KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn'
 COLLECTOR_THRESHOLDS = (20_000, 20, 20)
 
 
-def http_protocol(max_bytes: int, timeout_s: float) -> type[asyncio.Protocol] | str:
-    """:class:`HeadGuard` at these bounds (0 lifts one); both 0: uvicorn's own protocol,
-    only for measuring the guard (decision 025)."""
+def http_protocol(
+    max_bytes: int, timeout_s: float, shed: Shedder | None = None
+) -> type[asyncio.Protocol] | str:
+    """:class:`HeadGuard` at these bounds (0 lifts one), shedding with ``shed``; both 0:
+    uvicorn's own protocol, only for measuring the guard (decision 025)."""
     if not max_bytes and not timeout_s:
         return "auto"
-    return HeadGuard.bounded(max_bytes, timeout_s)
+    return HeadGuard.bounded(max_bytes, timeout_s, shed)
 
 
 def worker_config(app: ASGIApp, *, backlog: int, graceful_s: int | None) -> uvicorn.Config:
@@ -54,7 +57,12 @@ def worker_config(app: ASGIApp, *, backlog: int, graceful_s: int | None) -> uvic
     s = load_settings().serving
     return uvicorn.Config(
         app=app,
-        http=http_protocol(s.max_header_bytes, s.header_timeout_s),
+        # the front door's refusals answered from the head (decision 046)
+        http=http_protocol(
+            s.max_header_bytes,
+            s.header_timeout_s,
+            app.shed if isinstance(app, FrontDoor) else None,
+        ),
         backlog=backlog,
         log_config=None,
         workers=1,

@@ -19,11 +19,12 @@ import pytest
 import uvicorn
 
 from mlpipe.serving import free_port
-from mlpipe.serving._header_guard import HeadGuard, _LingeringTransport
+from mlpipe.serving._header_guard import HeadGuard, Shed, _LingeringTransport
 
 MAX = 1024
 TIMEOUT_S = 0.5
 SLOW_S = 0.4
+SHED_BODY_WAIT_S = 1.0  # long beside the 0.05 s the test sends a body after its head
 
 
 async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -44,13 +45,15 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _serve(max_bytes: int, timeout_s: float) -> Iterator[int]:
+def _serve(max_bytes: int, timeout_s: float, shed: Any = None) -> Iterator[int]:
     port = free_port()
+    protocol = HeadGuard.bounded(max_bytes, timeout_s, shed)
+    protocol.shed_body_wait_s = SHED_BODY_WAIT_S
     config = uvicorn.Config(
         _app,
         host="127.0.0.1",
         port=port,
-        http=HeadGuard.bounded(max_bytes, timeout_s),
+        http=protocol,
         lifespan="off",
         log_level="error",
     )
@@ -294,3 +297,109 @@ def test_a_head_is_not_held_back_until_a_late_body(port: int) -> None:
         rest = b""
         while b"late" not in rest:
             rest += sock.recv(65536)
+
+
+# Shedding: the protocol answers a POST to /shed from its head (as the front door's shed
+# does while the worker is saturated); everything else reaches the app.
+SHED = Shed(503, [(b"content-type", b"application/json"), (b"retry-after", b"1")], b'{"e":1}')
+shed_paths: list[str] = []
+
+
+def _shed(path: str) -> Shed | None:
+    shed_paths.append(path)
+    return SHED if path == "/shed" else None
+
+
+@pytest.fixture(scope="module")
+def shedding() -> Iterator[int]:
+    yield from _serve(MAX, TIMEOUT_S, _shed)
+
+
+def _shed_post(body: bytes, extra: bytes = b"") -> bytes:
+    return _post(body).replace(b"POST / ", b"POST /shed ").replace(b"Host:", extra + b"Host:")
+
+
+def _response(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One whole response on ``sock``: its head and its body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += sock.recv(65536)
+    assert len(body) == length, (head, body)  # nothing of the next answer came with it
+    return head, body
+
+
+def test_a_shed_post_is_answered_from_its_head_and_the_connection_serves_on(
+    shedding: int,
+) -> None:
+    with _connect(shedding) as sock:
+        sock.sendall(_shed_post(b"x" * 300))
+        head, body = _response(sock)
+        assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), head
+        assert b"content-type: application/json\r\nretry-after: 1\r\ncontent-length: 7" in head
+        assert b"connection" not in head.lower() and body == b'{"e":1}'
+        sock.sendall(_post(b"abcd"))  # its body was dropped: the next request is read as one
+        assert _answer(sock) == b"4"
+
+
+def test_only_a_post_is_shed_and_the_app_answers_the_rest(shedding: int) -> None:
+    shed_paths.clear()
+    with _connect(shedding) as sock:
+        sock.sendall(_get().replace(b"GET / ", b"GET /shed "))
+        assert _answer(sock) == b"0"  # the app's answer
+        sock.sendall(_post(b"ab"))
+        assert _answer(sock) == b"2"
+    assert shed_paths == ["/"]  # asked for the POST only, and it said no
+
+
+def test_a_shed_post_whose_body_comes_soon_after_its_head_keeps_its_connection(
+    shedding: int,
+) -> None:
+    request = _shed_post(b"y" * 1000)
+    end = request.index(b"\r\n\r\n") + 4
+    with _connect(shedding) as sock:
+        sock.sendall(request[:end])  # as many clients write them: the head, then the body
+        time.sleep(0.05)
+        sock.sendall(request[end:])
+        head, body = _response(sock)
+        assert head.startswith(b"HTTP/1.1 503 ") and b"connection" not in head.lower()
+        sock.sendall(_post(b"abc"))
+        assert _answer(sock) == b"3"
+    assert body == b'{"e":1}'
+
+
+def test_a_shed_post_whose_body_is_late_is_answered_after_a_wait_and_closed(
+    shedding: int,
+) -> None:
+    request = _shed_post(b"y" * 1000)
+    end = request.index(b"\r\n\r\n") + 4
+    with _connect(shedding) as sock:
+        sock.sendall(request[:end])  # the head alone: the body comes later
+        head, body = _response(sock)
+        assert head.startswith(b"HTTP/1.1 503 ") and b"connection: close" in head
+        sock.sendall(request[end:])  # read and dropped while the close lingers: no reset
+        assert _until_closed(sock) == b""
+    assert body == b'{"e":1}'
+
+
+def test_pipelined_requests_around_a_shed_one_are_answered_in_order(shedding: int) -> None:
+    last = _post(b"xyz").replace(b"Host:", b"Connection: close\r\nHost:")
+    with _connect(shedding) as sock:
+        sock.sendall(_post(b"a") + _shed_post(b"bb") + last)
+        answers = _until_closed(sock)
+    statuses = [a[:3] for a in answers.split(b"HTTP/1.1 ")[1:]]
+    assert statuses == [b"200", b"503", b"200"], answers
+    assert answers.endswith(b"3")
+
+
+def test_a_client_that_asks_for_a_close_gets_its_shed_answer_and_the_close(
+    shedding: int,
+) -> None:
+    with _connect(shedding) as sock:
+        sock.sendall(_shed_post(b"z", extra=b"Connection: close\r\n"))
+        answer = _until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 503 ") and b"connection: close\r\n" in answer
+    assert answer.endswith(b'{"e":1}')

@@ -9,11 +9,20 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 
-from mlpipe.serving import Admission, FrontDoor, InflightBoard, OverloadGate, ReadinessGate
+from mlpipe.serving import (
+    Admission,
+    FrontDoor,
+    InflightBoard,
+    OverloadGate,
+    ReadinessGate,
+    RuntimeSlot,
+)
 
 
 def _scope(path: str = "/predict") -> dict[str, Any]:
@@ -114,6 +123,34 @@ def test_beyond_max_inflight_the_gate_refuses_and_the_front_door_sheds_before_th
     assert body["error"] == "overloaded: 2 requests in flight"
     # overloaded, not broken: the client keeps its connection (a reconnect costs CPU)
     assert headers[b"retry-after"] == b"1" and b"connection" not in headers
+
+
+def test_the_front_door_sheds_from_the_head_what_it_would_answer_and_counts_it() -> None:
+    """``shed`` is the front door's refusal for the worker's protocol (decision 046): the
+    same status, headers and body as its ASGI answer, counted the same way."""
+    rejected = Counter("rejected", "refusals", ["status"], registry=CollectorRegistry())
+    slot = RuntimeSlot(cast("Any", SimpleNamespace(metrics=SimpleNamespace(rejected=rejected))))
+    admission = Admission(1)
+    door = FrontDoor(_must_not_run, admission=admission, retry_after_s=2, runtime=slot)
+    assert door.shed("/predict") is None  # a free slot: the request goes to the app
+    admission.hold()
+    status, headers, body = _answer(door)
+    shed = door.shed("/predict")
+    assert shed is not None and door.shed("/v2/models/fraud/infer") is not None
+    assert shed.status == status == 503
+    assert (
+        json.loads(shed.body)
+        == body
+        == {
+            "error": "overloaded: 1 requests in flight",
+            "status": 503,
+        }
+    )
+    assert dict(shed.headers) == {b"content-type": b"application/json", b"retry-after": b"2"}
+    assert headers[b"retry-after"] == b"2" and headers[b"content-type"] == b"application/json"
+    for path in ("/metrics", "/readyz", "/v2/models/fraud", "/predict/x"):
+        assert door.shed(path) is None, path
+    assert rejected.labels("503")._value.get() == 3  # the ASGI answer and two shed
 
 
 def test_front_door_admits_once_a_slot_is_free() -> None:

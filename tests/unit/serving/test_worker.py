@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mlpipe.serving import Admission, FrontDoor
 from mlpipe.serving._header_guard import HeadGuard
 from mlpipe.serving._worker import KEEP_ALIVE_S, http_protocol, worker_config
 
@@ -37,6 +38,22 @@ def test_the_config_reads_the_serving_settings(
     assert (config.backlog, config.workers, config.timeout_keep_alive) == (32, 1, KEEP_ALIVE_S)
     assert config.log_config is None and not config.server_header
     assert config.lifespan == "on"  # a startup that raises stops the worker, loudly
+
+
+def test_a_front_door_app_gets_a_protocol_that_sheds_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
+    admission = Admission(1)
+    door = FrontDoor(_app, admission=admission)
+    protocol = worker_config(door, backlog=32, graceful_s=None).http
+    assert isinstance(protocol, type) and issubclass(protocol, HeadGuard)
+    assert protocol.shed is not None and protocol.shed("/predict") is None
+    admission.hold()
+    shed = protocol.shed("/predict")  # the door's own refusal, asked through the class
+    assert shed is not None and shed.status == 503
+    other = worker_config(_app, backlog=32, graceful_s=None).http  # not a front door
+    assert isinstance(other, type) and issubclass(other, HeadGuard) and other.shed is None
 
 
 def test_a_worker_collects_cycles_at_its_own_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
