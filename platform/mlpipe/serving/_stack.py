@@ -2,7 +2,9 @@
 
 A request meets, in this order (before any of it, the worker's HTTP protocol,
 :class:`~mlpipe.serving._header_guard.HeadGuard`, has bounded its head in size,
-431, and time, 408; decision 025):
+431, and time, 408, decision 025; and, while the server is saturated, answered
+a scoring ``POST`` with the front door's 503 itself, from its head, through
+:meth:`~mlpipe.serving.FrontDoor.shed`, decision 046):
 
 1. :class:`~mlpipe.serving.FrontDoor`, around BentoML's whole app
    (:func:`front_door`). It refuses a scoring request (503) while the worker's
