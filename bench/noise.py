@@ -91,12 +91,10 @@ def between(before: Snapshot, after: Snapshot, ours: set[int], top: int = 3) -> 
     mine = 0.0
     named: Counter[str] = Counter()
     for pid, now in after.cpu.items():
-        then = before.cpu.get(pid)
-        same = then is not None and then.started == now.started
-        own = now.own_s - then.own_s if then is not None and same else now.own_s
+        then = _earlier(before, pid, now)
+        own = now.own_s - then.own_s if then is not None else now.own_s
         if pid in ours:
-            reaped = now.reaped_s - then.reaped_s if then is not None and same else now.reaped_s
-            mine += own + reaped
+            mine += own + (now.reaped_s - then.reaped_s if then is not None else now.reaped_s)
         elif own > 0:
             named[now.name] += own * 1000.0
     other_ms = max(0.0, after.busy_s - before.busy_s - mine) * 1000.0
@@ -120,10 +118,18 @@ def split(before: Snapshot, after: Snapshot, pids: list[int]) -> list[int]:
     """
     used = []
     for pid in pids:
-        then, now = before.cpu.get(pid), after.cpu.get(pid)
-        if then is not None and now is not None and then.started == now.started:
+        now = after.cpu.get(pid)
+        then = _earlier(before, pid, now) if now is not None else None
+        if now is not None and then is not None:
             used.append(round((now.own_s - then.own_s) * 1000.0))
     return sorted(used, reverse=True)
+
+
+def _earlier(before: Snapshot, pid: int, now: ProcessCpu) -> ProcessCpu | None:
+    """``pid``'s reading in ``before`` if it is the same process as ``now`` (the same
+    start time: a pid can be reused), else None."""
+    then = before.cpu.get(pid)
+    return then if then is not None and then.started == now.started else None
 
 
 def bench_pids() -> set[int]:

@@ -60,7 +60,8 @@ LINGER_BYTES = 8 * 1024 * 1024  # the most of it read before the close comes any
 
 
 class Shed(NamedTuple):
-    """An answer given from a request's head, without running the app."""
+    """An answer the protocol gives itself, without running the app: a shed request's,
+    or the guard's own 431 and 408."""
 
     status: int
     headers: Sequence[tuple[bytes, bytes]]
@@ -268,15 +269,8 @@ class HeadGuard(HttpToolsProtocol):
             self._shed_timer.cancel()
             self._shed_timer = None
         close = close or not cycle.keep_alive
-        lines = [STATUS_LINE[answer.status]]
-        for name, value in (*self.server_state.default_headers, *answer.headers):
-            lines += [name, b": ", value, b"\r\n"]
-        lines += [b"content-length: ", str(len(answer.body)).encode("ascii"), b"\r\n"]
-        if close:
-            lines.append(b"connection: close\r\n")
-        lines += [b"\r\n", answer.body]
         cycle.response_complete = True
-        self._socket.write(b"".join(lines))
+        self._socket.write(self._response(answer, close=close))
         if close:
             self.transport.close()  # lingers while its body is still to come
         self.on_response_complete()
@@ -343,18 +337,22 @@ class HeadGuard(HttpToolsProtocol):
         if self._answering():  # a pipelined head: an answer now would cut into the other one
             self.transport.close()
             return
-        body = message.encode("ascii")
-        lines = [STATUS_LINE[status]]
-        for name, value in self.server_state.default_headers:
-            lines += [name, b": ", value, b"\r\n"]
-        lines += [
-            b"content-type: text/plain; charset=utf-8\r\n",
-            b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
-            b"connection: close\r\n\r\n",
-            body,
-        ]
-        self.transport.write(b"".join(lines))
+        text = [(b"content-type", b"text/plain; charset=utf-8")]
+        answer = Shed(status, text, message.encode("ascii"))
+        self.transport.write(self._response(answer, close=True))
         self.linger()
+
+    def _response(self, answer: Shed, *, close: bool) -> bytes:
+        """A whole response written by the protocol itself: the server's default headers,
+        ``answer``'s, its length, and ``Connection: close`` if ``close``."""
+        lines = [STATUS_LINE[answer.status]]
+        for name, value in (*self.server_state.default_headers, *answer.headers):
+            lines += [name, b": ", value, b"\r\n"]
+        lines += [b"content-length: ", str(len(answer.body)).encode("ascii"), b"\r\n"]
+        if close:
+            lines.append(b"connection: close\r\n")
+        lines += [b"\r\n", answer.body]
+        return b"".join(lines)
 
 
 __all__ = ["HeadGuard", "Shed", "Shedder"]

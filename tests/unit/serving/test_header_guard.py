@@ -138,14 +138,9 @@ def test_a_body_is_not_counted_as_head_in_one_read_or_after_a_split_end(port: in
 
 
 def _answer(sock: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, body = data.split(b"\r\n\r\n", 1)
+    """The body of a 200 on ``sock``."""
+    head, body = _response(sock)
     assert head.startswith(b"HTTP/1.1 200 "), head
-    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-    while len(body) < length:
-        body += sock.recv(65536)
     return body
 
 
@@ -355,15 +350,19 @@ def test_only_a_post_is_shed_and_the_app_answers_the_rest(shedding: int) -> None
     assert shed_paths == ["/"]  # asked for the POST only, and it said no
 
 
+def _head_and_body(request: bytes) -> tuple[bytes, bytes]:
+    end = request.index(b"\r\n\r\n") + 4
+    return request[:end], request[end:]
+
+
 def test_a_shed_post_whose_body_comes_soon_after_its_head_keeps_its_connection(
     shedding: int,
 ) -> None:
-    request = _shed_post(b"y" * 1000)
-    end = request.index(b"\r\n\r\n") + 4
+    head_only, rest = _head_and_body(_shed_post(b"y" * 1000))
     with _connect(shedding) as sock:
-        sock.sendall(request[:end])  # as many clients write them: the head, then the body
+        sock.sendall(head_only)  # as many clients write them: the head, then the body
         time.sleep(0.05)
-        sock.sendall(request[end:])
+        sock.sendall(rest)
         head, body = _response(sock)
         assert head.startswith(b"HTTP/1.1 503 ") and b"connection" not in head.lower()
         sock.sendall(_post(b"abc"))
@@ -374,13 +373,12 @@ def test_a_shed_post_whose_body_comes_soon_after_its_head_keeps_its_connection(
 def test_a_shed_post_whose_body_is_late_is_answered_after_a_wait_and_closed(
     shedding: int,
 ) -> None:
-    request = _shed_post(b"y" * 1000)
-    end = request.index(b"\r\n\r\n") + 4
+    head_only, rest = _head_and_body(_shed_post(b"y" * 1000))
     with _connect(shedding) as sock:
-        sock.sendall(request[:end])  # the head alone: the body comes later
+        sock.sendall(head_only)  # the head alone: the body comes later
         head, body = _response(sock)
         assert head.startswith(b"HTTP/1.1 503 ") and b"connection: close" in head
-        sock.sendall(request[end:])  # read and dropped while the close lingers: no reset
+        sock.sendall(rest)  # read and dropped while the close lingers: no reset
         assert _until_closed(sock) == b""
     assert body == b'{"e":1}'
 
