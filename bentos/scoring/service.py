@@ -24,12 +24,15 @@ from mlpipe.serving import (
     Admission,
     Batcher,
     InflightBoard,
+    Keys,
     PredictRequest,
     ReadyBoard,
+    RouteTraffic,
     RuntimeSlot,
     ServingRuntime,
     bind_once,
     front_door,
+    predict_lane,
     request_stack,
     scoring_service_class,
     span_headers,
@@ -49,6 +52,11 @@ admission = Admission(settings.reliability.max_inflight)
 batcher = Batcher("predict", window=_s.max_batch_size)
 # Where the request layers, built at import, find this worker's runtime: filled in __init__.
 runtime = RuntimeSlot()
+# The keys and rate limits the auth layer and the predict lane both judge by, and where the
+# lane finds BentoML's traffic series once the app has made them (decision 047).
+keys = Keys(settings)
+traffic = RouteTraffic()
+lane = predict_lane(settings, admission=admission, runtime=runtime, keys=keys, traffic=traffic)
 
 
 @bentoml.service(
@@ -69,7 +77,7 @@ runtime = RuntimeSlot()
     # places of BentoML's timeout and traffic-metrics middleware, OpenTelemetry's only with
     # tracing on (decisions 006, 009, 037, 041).
     service_class=scoring_service_class(
-        front_door(settings, admission, runtime), batcher, tracing=_s.tracing
+        front_door(settings, admission, runtime, lane), batcher, tracing=_s.tracing, traffic=traffic
     ),
 )
 class Scoring:
@@ -157,6 +165,11 @@ def _share_readiness(runtime: ServingRuntime) -> None:
 
 
 for cls, kwargs in request_stack(
-    settings, admission=admission, batch=batcher, runtime=runtime, span_headers=span_headers
+    settings,
+    admission=admission,
+    batch=batcher,
+    runtime=runtime,
+    span_headers=span_headers,
+    keys=keys,
 ):
     Scoring.add_asgi_middleware(cls, **kwargs)

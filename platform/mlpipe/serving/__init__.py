@@ -9,12 +9,13 @@ without a server. The order of the middleware, and why, is in
 from typing import TYPE_CHECKING, Any
 
 from mlpipe.serving._admission import Admission, InflightBoard, ReadyBoard
-from mlpipe.serving._auth import UNAUTHORIZED, AuthGateway, SecurityMetrics, security_metrics
+from mlpipe.serving._auth import UNAUTHORIZED, AuthGateway, Keys, SecurityMetrics, security_metrics
 from mlpipe.serving._context import DEFAULT_TENANT
 from mlpipe.serving._deadline import Deadline
 from mlpipe.serving._gateway import Batch, PredictGateway
 from mlpipe.serving._generations import READY_LOG, GenerationLoader, ServingModel, VersionPlan
 from mlpipe.serving._intake import RequestIntake
+from mlpipe.serving._lane import PredictLane
 from mlpipe.serving._metrics import ServingMetrics, serving_metrics
 from mlpipe.serving._oip import InferenceProtocol
 from mlpipe.serving._overload import FrontDoor, OverloadGate, ReadinessGate
@@ -32,11 +33,12 @@ from mlpipe.serving._server import (
     service_dir,
     unguarded_worker,
 )
-from mlpipe.serving._stack import Layer, front_door, request_stack
+from mlpipe.serving._stack import Layer, front_door, predict_lane, request_stack
 
 if TYPE_CHECKING:
     from mlpipe.serving._bentoml_private import (
         Batcher,
+        RouteTraffic,
         bind_once,
         scoring_service_class,
         span_headers,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 _BENTOML_GLUE = frozenset(
     {
         "Batcher",
+        "RouteTraffic",
         "bind_once",
         "scoring_service_class",
         "span_headers",
@@ -78,14 +81,17 @@ __all__ = [
     "GenerationLoader",
     "InferenceProtocol",
     "InflightBoard",
+    "Keys",
     "Layer",
     "OverloadGate",
     "PredictGateway",
+    "PredictLane",
     "PredictRequest",
     "PredictResponse",
     "ReadinessGate",
     "ReadyBoard",
     "RequestIntake",
+    "RouteTraffic",
     "RuntimeSlot",
     "ScoringPipeline",
     "ScoringProcess",
@@ -98,6 +104,7 @@ __all__ = [
     "exec_server",
     "free_port",
     "front_door",
+    "predict_lane",
     "request_stack",
     "scoring_service_class",
     "security_metrics",

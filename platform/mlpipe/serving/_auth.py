@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mlpipe.errors import StoreUnavailable
 from mlpipe.security import TenantDirectory, rate_limiter, retry_after, tenant_store
@@ -47,28 +47,38 @@ logger = logging.getLogger("mlpipe.security")
 UNAUTHORIZED = error_for(Unauthenticated("missing or invalid API key"))
 
 
-class AuthGateway:
-    """401 without a valid key, 429 over the tenant's rate; sets the request context's caller."""
+class Keys:
+    """The keys and rate limits of one worker: what :class:`AuthGateway` and the predict lane
+    (:mod:`mlpipe.serving._lane`) both ask, so a request is judged the same either way.
+
+    The tenant directory's refresh thread starts with :meth:`start` (the layer's
+    construction, in the worker), not when this is made (the service's import, in
+    processes that never serve too).
+    """
 
     def __init__(
         self,
-        app: ASGIApp,
-        *,
         settings: Settings,
+        *,
         directory: TenantDirectory | None = None,
         limiter: RateLimiter | None = None,
         metrics: Any = None,
     ) -> None:
-        self.app = app
         s = settings.security
         self.mode = s.auth
         self.open_exact = frozenset(p for p in s.open_paths if not p.endswith("*"))
         self.open_prefixes = tuple(p[:-1] for p in s.open_paths if p.endswith("*"))
         self.directory = directory
-        if self.directory is None and self.mode != "off":
-            self.directory = TenantDirectory(tenant_store(settings), s.key_refresh_s).start()
+        self._settings = settings
         self.limiter = limiter or rate_limiter(settings)
         self._metrics = metrics
+
+    def start(self) -> Keys:
+        """Start reading the tenants (once; not with ``security.auth`` off)."""
+        if self.directory is None and self.mode != "off":
+            refresh_s = self._settings.security.key_refresh_s
+            self.directory = TenantDirectory(tenant_store(self._settings), refresh_s).start()
+        return self
 
     @property
     def metrics(self) -> Any:
@@ -76,27 +86,23 @@ class AuthGateway:
             self._metrics = security_metrics()
         return self._metrics
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._is_open(scope["path"]):
-            await self.app(scope, receive, send)
-            return
+    def is_open(self, path: str) -> bool:
+        return path in self.open_exact or path.startswith(self.open_prefixes or ("\0",))
+
+    def judge(self, headers: list[tuple[bytes, bytes]]) -> Caller | Denied:
+        """The caller of a request on a protected path with these headers, charged a token,
+        or the refusal to answer it with (its body and extra headers)."""
         d = self.directory
         required = self.mode == "on" or (self.mode == "auto" and d is not None and d.any_tenants)
         if self.mode != "off" and (d is None or not d.loaded):
-            body = error_for(StoreUnavailable("tenants unavailable"))
-            await _reply(scope, send, body, [CONNECTION_CLOSE])
-            return
+            return Denied(error_for(StoreUnavailable("tenants unavailable")), [CONNECTION_CLOSE])
         if not required:
-            context_of(scope).caller = ANONYMOUS
-            await self.app(scope, receive, send)
-            return
+            return ANONYMOUS
         assert d is not None
-        tenant = d.authenticate(_key_from(scope["headers"]))
+        tenant = d.authenticate(_key_from(headers))
         if tenant is None:
             self.metrics.auth_rejected.inc()
-            extra = [(b"www-authenticate", b"Bearer"), CONNECTION_CLOSE]
-            await _reply(scope, send, UNAUTHORIZED, extra)
-            return
+            return Denied(UNAUTHORIZED, [(b"www-authenticate", b"Bearer"), CONNECTION_CLOSE])
         wait = self.limiter.take(tenant.name, tenant.rate, tenant.burst)
         if wait > 0:
             self.metrics.tenant_requests.labels(tenant.name, "throttled").inc()
@@ -109,16 +115,51 @@ class AuthGateway:
             )
             # Answered before its body was read: the connection closes after it (HeadGuard), so
             # say so, or a client sends its next request into the closing connection.
-            extra = [(b"retry-after", str(seconds).encode()), CONNECTION_CLOSE]
-            await _reply(scope, send, body, extra)
-            return
+            return Denied(body, [(b"retry-after", str(seconds).encode()), CONNECTION_CLOSE])
         self.metrics.tenant_requests.labels(tenant.name, "allowed").inc()
         charge = functools.partial(self.limiter.take, tenant.name, tenant.rate, tenant.burst)
-        context_of(scope).caller = Caller(tenant.name, tenant.pin, charge)
-        await self.app(scope, receive, send)
+        return Caller(tenant.name, tenant.pin, charge)
 
-    def _is_open(self, path: str) -> bool:
-        return path in self.open_exact or path.startswith(self.open_prefixes or ("\0",))
+
+class Denied(NamedTuple):
+    """An error body (its ``status`` the HTTP status) and the headers to add to it."""
+
+    body: dict[str, Any]
+    headers: list[tuple[bytes, bytes]]
+
+
+class AuthGateway:
+    """401 without a valid key, 429 over the tenant's rate; sets the request context's caller."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        settings: Settings,
+        keys: Keys | None = None,
+        directory: TenantDirectory | None = None,
+        limiter: RateLimiter | None = None,
+        metrics: Any = None,
+    ) -> None:
+        self.app = app
+        self.keys = (
+            keys or Keys(settings, directory=directory, limiter=limiter, metrics=metrics)
+        ).start()
+
+    @property
+    def metrics(self) -> Any:
+        return self.keys.metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self.keys.is_open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        judged = self.keys.judge(scope["headers"])
+        if isinstance(judged, Denied):
+            await _reply(scope, send, judged.body, judged.headers)
+            return
+        context_of(scope).caller = judged
+        await self.app(scope, receive, send)
 
 
 def _key_from(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -176,4 +217,4 @@ def security_metrics() -> SecurityMetrics:
         return _metrics
 
 
-__all__ = ["UNAUTHORIZED", "AuthGateway", "SecurityMetrics", "security_metrics"]
+__all__ = ["UNAUTHORIZED", "AuthGateway", "Keys", "Denied", "SecurityMetrics", "security_metrics"]

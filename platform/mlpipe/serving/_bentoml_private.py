@@ -216,38 +216,50 @@ class ScoringAppFactory(ServiceAppFactory):  # type: ignore[misc]  # bentoml is 
     looked each request's URL up, 1.058 × the requests a worker served without it
     (decision 041)."""
 
-    def __init__(self, service: bentoml.Service[Any], *, is_main: bool, tracing: bool) -> None:
+    def __init__(
+        self,
+        service: bentoml.Service[Any],
+        *,
+        is_main: bool,
+        tracing: bool,
+        traffic: RouteTraffic | None = None,
+    ) -> None:
         super().__init__(service, is_main=is_main)
         self.tracing = tracing
+        self.traffic = traffic
 
     @property
     def middlewares(self) -> list[Middleware]:
         return [
-            _ours(m)
+            self._ours(m)
             for m in super().middlewares
             if self.tracing or m.cls is not OpenTelemetryMiddleware
         ]
 
-
-def _ours(middleware: Middleware) -> Middleware:
-    """``middleware``, or mlpipe's in its place (:data:`_REPLACEMENTS`) with its options."""
-    replacement = _REPLACEMENTS.get(middleware.cls)
-    if replacement is None:
-        return middleware
-    return Middleware(replacement, *middleware.args, **middleware.kwargs)
+    def _ours(self, middleware: Middleware) -> Middleware:
+        """``middleware``, or mlpipe's in its place (:data:`_REPLACEMENTS`) with its options
+        (and, for :class:`RouteMetrics`, the :class:`RouteTraffic` it registers with)."""
+        replacement: Any = _REPLACEMENTS.get(middleware.cls)
+        if replacement is None:
+            return middleware
+        kwargs: dict[str, Any] = dict(middleware.kwargs)
+        if replacement is RouteMetrics and self.traffic is not None:
+            kwargs["traffic"] = self.traffic
+        return Middleware(replacement, *middleware.args, **kwargs)
 
 
 def scoring_service_class(
-    outer: Layer, batcher: Batcher, *, tracing: bool
+    outer: Layer, batcher: Batcher, *, tracing: bool, traffic: RouteTraffic | None = None
 ) -> type[bentoml.Service[Any]]:
     """The ``service_class`` for ``@bentoml.service``: its app is :class:`ScoringAppFactory`'s
-    (with OpenTelemetry's middleware only if ``tracing``), inside ``outer``, and
-    ``batcher`` keeps the factory (to call its batcher)."""
+    (with OpenTelemetry's middleware only if ``tracing``, its route metrics registered with
+    ``traffic``), inside ``outer``, and ``batcher`` keeps the factory (to call its
+    batcher)."""
 
     class ScoringService(bentoml.Service[Any]):  # type: ignore[misc]  # bentoml is untyped
         def to_asgi(self, is_main: bool = True) -> ASGIApp:
             self.inject_config()  # what bentoml.Service.to_asgi does first
-            factory = ScoringAppFactory(self, is_main=is_main, tracing=tracing)
+            factory = ScoringAppFactory(self, is_main=is_main, tracing=tracing, traffic=traffic)
             batcher.bind_factory(factory)
             app: ASGIApp = outer.cls(factory(), **outer.kwargs)
             return app
@@ -295,11 +307,15 @@ class RouteMetrics:
         (t, compile_path(t)[0]) for t in openapi("ErrorBody")[0]
     )
 
-    def __init__(self, app: ASGIApp, **options: Any) -> None:
+    def __init__(
+        self, app: ASGIApp, *, traffic: RouteTraffic | None = None, **options: Any
+    ) -> None:
         self.app = app
         self._metrics = RunnerTrafficMetricsMiddleware(self._restore_path, **options)
         self._labels: EndpointLabels | None = None
         self._series: dict[str, _RouteSeries] = {}
+        if traffic is not None:
+            traffic.metrics = self
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -309,7 +325,7 @@ class RouteMetrics:
         if label == "/metrics":  # BentoML counts no scrape
             await self.app(scope, receive, send)
             return
-        series = self._series.get(label) or self._new_series(label)
+        series = self.series(label)
         series.began()
         start = time.perf_counter()
         status = 0
@@ -326,6 +342,10 @@ class RouteMetrics:
             await self.app(scope, receive, counted)
         finally:
             series.ended()
+
+    def series(self, label: str) -> _RouteSeries:
+        """The series of the route ``label`` (a template: ``/predict``), made once."""
+        return self._series.get(label) or self._new_series(label)
 
     def _new_series(self, label: str) -> _RouteSeries:
         if not self._metrics._is_setup:
@@ -352,6 +372,19 @@ class RouteMetrics:
         if _RAW_PATH in scope:
             scope["path"] = scope.pop(_RAW_PATH)
         await self.app(scope, receive, send)
+
+
+class RouteTraffic:
+    """Where BentoML's traffic series of a route are found for the requests the app never
+    sees: those the predict lane answers (:mod:`mlpipe.serving._lane`). The app's
+    :class:`RouteMetrics` registers itself here when Starlette builds it, at the worker's
+    start (the lifespan's first pass through the app); until then there are none."""
+
+    def __init__(self) -> None:
+        self.metrics: RouteMetrics | None = None
+
+    def series(self, label: str) -> _RouteSeries | None:
+        return None if self.metrics is None else self.metrics.series(label)
 
 
 class _RouteSeries:
@@ -470,6 +503,7 @@ def fresh_metrics_dir() -> str:
 __all__ = [
     "Batcher",
     "RouteMetrics",
+    "RouteTraffic",
     "ScoringAppFactory",
     "bind_once",
     "configure_worker_logging",

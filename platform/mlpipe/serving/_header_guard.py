@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
@@ -53,6 +53,9 @@ from uvicorn.protocols.http.httptools_impl import (
 )
 
 from mlpipe.serving._asgi import NO_CONTEXT
+
+if TYPE_CHECKING:
+    from mlpipe.serving._lane import Laned, PredictLane
 
 _END = b"\r\n\r\n"  # llhttp accepts no other end of a head (a bare LF is a parse error)
 LINGER_S = 2.0  # the longest a refused client's body in flight is read and dropped
@@ -133,6 +136,7 @@ class HeadGuard(HttpToolsProtocol):
     max_bytes: int = 64 * 1024
     timeout_s: float = 10.0
     shed: Shedder | None = None  # see the module docstring
+    lane: PredictLane | None = None  # the predict lane (mlpipe.serving._lane)
     # How long a shed request's body may take to come after its head (clients often write
     # the two apart): its answer waits for it, so the connection is kept; then it is
     # answered and the connection closed
@@ -147,12 +151,16 @@ class HeadGuard(HttpToolsProtocol):
 
     @classmethod
     def bounded(
-        cls, max_bytes: int, timeout_s: float, shed: Shedder | None = None
+        cls,
+        max_bytes: int,
+        timeout_s: float,
+        shed: Shedder | None = None,
+        lane: PredictLane | None = None,
     ) -> type[HeadGuard]:
-        """A subclass with these bounds, and ``shed`` (uvicorn builds the protocol from a
-        class). ``shed`` is stored as a static method: it is a bound method of the front
-        door, not one of the protocol's."""
-        attrs: dict[str, Any] = {"max_bytes": max_bytes, "timeout_s": timeout_s}
+        """A subclass with these bounds, ``shed`` and ``lane`` (uvicorn builds the protocol
+        from a class). ``shed`` is stored as a static method: it is a bound method of the
+        front door, not one of the protocol's."""
+        attrs: dict[str, Any] = {"max_bytes": max_bytes, "timeout_s": timeout_s, "lane": lane}
         attrs["shed"] = staticmethod(shed) if shed is not None else None
         return type(cls.__name__, (cls,), attrs)
 
@@ -167,15 +175,20 @@ class HeadGuard(HttpToolsProtocol):
         self._shedding: tuple[RequestResponseCycle, Shed] | None = None
         self._shed_timer: asyncio.TimerHandle | None = None
         self._reading = False  # inside data_received: a shed answer can wait for its body
+        self._laned: tuple[RequestResponseCycle, Laned] | None = None  # its body still to come
+        self._lane_timer: asyncio.TimerHandle | None = None
         self._expect_head()
         self._start_clock()  # a connection that sends nothing is closed as well
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for timer in (self._head_timer, self._linger_timer, self._shed_timer):
+        for timer in (self._head_timer, self._linger_timer, self._shed_timer, self._lane_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._linger_timer = self._shed_timer = None
+        self._head_timer = self._linger_timer = self._shed_timer = self._lane_timer = None
         self._shedding = None
+        if self._laned is not None and self.lane is not None:
+            self.lane.abandon(self._laned[1])
+        self._laned = None
         super().connection_lost(exc)
 
     def linger(self) -> None:
@@ -226,7 +239,10 @@ class HeadGuard(HttpToolsProtocol):
         # else: the body of a request answered from its head, dropped
 
     def on_message_complete(self) -> None:
-        if self._shedding is not None and self._shedding[0] is self.cycle:
+        if self._laned is not None and self._laned[0] is self.cycle:
+            self.cycle.more_body = False
+            self._hand_to_lane()
+        elif self._shedding is not None and self._shedding[0] is self.cycle:
             self.cycle.more_body = False
             self._answer_shed(close=False)
         else:
@@ -234,12 +250,49 @@ class HeadGuard(HttpToolsProtocol):
         self._expect_head()  # whatever comes next on this connection is a new head
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        shed = self.shed
         scope = cycle.scope
-        answer = shed(scope["path"]) if shed is not None and scope["method"] == "POST" else None
-        if answer is None:
-            super()._start_asgi_task(cycle, app)
+        if scope["method"] == "POST":
+            if self.shed is not None and (answer := self.shed(scope["path"])) is not None:
+                self._shed(cycle, answer)
+                return
+            if self.lane is not None and (taken := self.lane.take(scope)) is not None:
+                self._lane(cycle, taken)
+                return
+        super()._start_asgi_task(cycle, app)
+
+    def _lane(self, cycle: RequestResponseCycle, taken: Laned | Shed) -> None:
+        """A request the predict lane took: answered now (a denial), or handed to it once its
+        body has come (408 and a close if it has not within the lane's timeout)."""
+        assert self.lane is not None
+        if isinstance(taken, Shed):
+            self.give(cycle, taken, close=True)
             return
+        self._laned = (cycle, taken)
+        if not cycle.more_body:  # a pipelined request whose body came while it waited
+            self._hand_to_lane()
+            return
+        self._lane_timer = self.loop.call_later(
+            self.lane.timeout_s, self._lane_body_late, context=NO_CONTEXT
+        )
+
+    def _hand_to_lane(self) -> None:
+        assert self._laned is not None and self.lane is not None
+        cycle, laned = self._laned
+        self._laned = None
+        if self._lane_timer is not None:
+            self._lane_timer.cancel()
+            self._lane_timer = None
+        self.lane.submit(self, cycle, laned)
+
+    def _lane_body_late(self) -> None:
+        self._lane_timer = None
+        if self._laned is None or self.lane is None or self.transport.is_closing():
+            return
+        cycle, laned = self._laned
+        self._laned = None
+        self.give(cycle, self.lane.too_slow(laned), close=True)
+
+    def _shed(self, cycle: RequestResponseCycle, answer: Shed) -> None:
         self._shedding = (cycle, answer)
         if not cycle.more_body:  # a pipelined request whose body came while it waited
             self._answer_shed(close=False)
@@ -268,8 +321,15 @@ class HeadGuard(HttpToolsProtocol):
         if self._shed_timer is not None:
             self._shed_timer.cancel()
             self._shed_timer = None
+        self.give(cycle, answer, close=close)
+
+    def give(self, cycle: RequestResponseCycle, answer: Shed, *, close: bool) -> None:
+        """Answer ``cycle``'s request with ``answer``, written by the protocol itself; close
+        (lingering while its body is still to come) if asked or the client asked to."""
         close = close or not cycle.keep_alive
         cycle.response_complete = True
+        if self.transport.is_closing():  # the client is gone: nobody to answer
+            return
         self._socket.write(self._response(answer, close=close))
         if close:
             self.transport.close()  # lingers while its body is still to come

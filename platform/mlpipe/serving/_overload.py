@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mlpipe.serving._admission import Admission
 from mlpipe.serving._asgi import CONNECTION_CLOSE, ASGIApp, Message, Receive, Scope, Send
@@ -46,6 +47,9 @@ from mlpipe.serving._error_bodies import HTTP_STATUS, NotReady, Overloaded, erro
 from mlpipe.serving._header_guard import Shed
 from mlpipe.serving._refusal import count_refusal, refuse
 from mlpipe.serving._runtime import RuntimeSlot
+
+if TYPE_CHECKING:
+    from mlpipe.serving._lane import PredictLane
 
 _OVERLOADED = HTTP_STATUS[Overloaded]
 
@@ -60,11 +64,13 @@ class FrontDoor:
         admission: Admission,
         retry_after_s: int = 1,
         runtime: RuntimeSlot | None = None,
+        lane: PredictLane | None = None,
     ) -> None:
         self.app = app
         self.admission = admission
         self.runtime = runtime or RuntimeSlot()
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
+        self.lane = lane  # for the worker's protocol (decision 047)
         self._shed: tuple[str, Shed] | None = None  # the last shed answer, by its message
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

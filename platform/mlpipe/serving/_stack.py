@@ -62,9 +62,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from mlpipe.serving._admission import Admission
-from mlpipe.serving._auth import AuthGateway
+from mlpipe.serving._auth import AuthGateway, Keys
 from mlpipe.serving._gateway import Batch, PredictGateway
 from mlpipe.serving._intake import RequestIntake
+from mlpipe.serving._lane import PredictLane, Traffic
 from mlpipe.serving._oip import InferenceProtocol
 from mlpipe.serving._overload import FrontDoor, OverloadGate, ReadinessGate
 from mlpipe.serving._runtime import RuntimeSlot
@@ -88,6 +89,7 @@ def request_stack(
     runtime: RuntimeSlot,
     span_headers: Callable[[], list[tuple[bytes, bytes]]] | None = None,
     ready: Callable[[], bool] | None = None,
+    keys: Keys | None = None,
 ) -> list[Layer]:
     """mlpipe's layers inside BentoML's app, outermost first (the order in this module's doc).
 
@@ -97,11 +99,12 @@ def request_stack(
     made it (they are built before it exists);
     ``span_headers`` gives the tracing headers the gateway adds to an answer
     when ``serving.tracing`` is on; ``ready`` says whether the worker's models are
-    loaded (by default, whether the runtime in ``runtime`` is ready).
+    loaded (by default, whether the runtime in ``runtime`` is ready); ``keys`` are
+    the worker's keys and rate limits, shared with the predict lane (:func:`predict_lane`).
     """
     s, r = settings.serving, settings.reliability
     return [
-        Layer(AuthGateway, {"settings": settings}),
+        Layer(AuthGateway, {"settings": settings, "keys": keys}),
         Layer(
             ReadinessGate, {"retry_after_s": r.retry_after_s, "runtime": runtime, "ready": ready}
         ),
@@ -134,17 +137,46 @@ def request_stack(
     ]
 
 
-def front_door(settings: Settings, admission: Admission, runtime: RuntimeSlot) -> Layer:
+def front_door(
+    settings: Settings,
+    admission: Admission,
+    runtime: RuntimeSlot,
+    lane: PredictLane | None = None,
+) -> Layer:
     """The layer around BentoML's whole app, on the worker's ``admission``; it makes each
-    request's context (:mod:`mlpipe.serving._context`), so the path is matched once."""
+    request's context (:mod:`mlpipe.serving._context`), so the path is matched once, and
+    hands the worker's protocol its ``lane``."""
     return Layer(
         FrontDoor,
         {
             "admission": admission,
             "retry_after_s": settings.reliability.retry_after_s,
             "runtime": runtime,
+            "lane": lane,
         },
     )
 
 
-__all__ = ["Layer", "front_door", "request_stack"]
+def predict_lane(
+    settings: Settings, *, admission: Admission, runtime: RuntimeSlot, keys: Keys, traffic: Traffic
+) -> PredictLane | None:
+    """The worker's predict lane (decision 047), on the stack's ``admission``, ``runtime``
+    and ``keys``, counting in BentoML's ``traffic`` series; None while ``serving.tracing``
+    is on, as the lane makes no spans."""
+    s, r = settings.serving, settings.reliability
+    if s.tracing:
+        return None
+    return PredictLane(
+        admission=admission,
+        runtime=runtime,
+        keys=keys,
+        traffic=traffic,
+        max_body_bytes=s.max_body_bytes,
+        timeout_s=s.request_timeout_s,
+        max_batch_size=s.max_batch_size,
+        retry_after_s=r.retry_after_s,
+        reconnect_every=r.reconnect_every,
+    )
+
+
+__all__ = ["Layer", "front_door", "predict_lane", "request_stack"]

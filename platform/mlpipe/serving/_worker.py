@@ -24,6 +24,7 @@ from mlpipe.config import load_settings
 from mlpipe.serving._asgi import ASGIApp
 from mlpipe.serving._bentoml_private import configure_worker_logging, enter_worker_context
 from mlpipe.serving._header_guard import HeadGuard, Shedder
+from mlpipe.serving._lane import PredictLane
 from mlpipe.serving._overload import FrontDoor
 
 KEEP_ALIVE_S = 5  # an idle keep-alive connection is closed after this (uvicorn's and BentoML's)
@@ -35,13 +36,17 @@ COLLECTOR_THRESHOLDS = (20_000, 20, 20)
 
 
 def http_protocol(
-    max_bytes: int, timeout_s: float, shed: Shedder | None = None
+    max_bytes: int,
+    timeout_s: float,
+    shed: Shedder | None = None,
+    lane: PredictLane | None = None,
 ) -> type[asyncio.Protocol] | str:
-    """:class:`HeadGuard` at these bounds (0 lifts one), shedding with ``shed``; both 0:
-    uvicorn's own protocol, only for measuring the guard (decision 025)."""
+    """:class:`HeadGuard` at these bounds (0 lifts one), shedding with ``shed``, answering
+    ``/predict`` through ``lane`` (decision 047); both bounds 0: uvicorn's own protocol,
+    only for measuring the guard (decision 025), with neither."""
     if not max_bytes and not timeout_s:
         return "auto"
-    return HeadGuard.bounded(max_bytes, timeout_s, shed)
+    return HeadGuard.bounded(max_bytes, timeout_s, shed, lane)
 
 
 def worker_config(app: ASGIApp, *, backlog: int, graceful_s: int | None) -> uvicorn.Config:
@@ -62,6 +67,7 @@ def worker_config(app: ASGIApp, *, backlog: int, graceful_s: int | None) -> uvic
             s.max_header_bytes,
             s.header_timeout_s,
             app.shed if isinstance(app, FrontDoor) else None,
+            app.lane if isinstance(app, FrontDoor) else None,
         ),
         backlog=backlog,
         log_config=None,
