@@ -10,6 +10,10 @@ that stretch's cost, in the machine's CPU time per answered request (cores ÷
 req/s: the server, the load generator and the kernel together, which is what
 a benchmark's ratio counts; a py-spy profile sees only a worker's Python).
 
+The cuts are places on the app's path, so every cut is served with the predict
+lane off (``serving.lane=false``), and so is one more row, the app's whole
+path; the last row is the tree as it serves, the lane on (decision 047).
+
 The trees are experiments, never served to anyone: a cut is a few lines put
 into a copy of the source (:func:`cut_tree`), and a test checks that every cut
 still finds its place in the source.
@@ -165,9 +169,12 @@ def cut_tree(root: Path, cut: Cut, into: Path) -> Path:
     return tree
 
 
+APP_PATH = "lane=false"  # the bench.ab variant of the app's whole path, the lane off
+
+
 def steps(rows: list[dict[str, Any]], labels: dict[str, str], cores: int) -> str:
     """The table: each cut's median req/s, the machine's CPU µs an answer, and the step
-    from the cut before it (the whole path last)."""
+    from the cut before it (the app's whole path, then the lane, last)."""
     lines = [
         "| answered at | what the path holds | req/s (median) | CPU µs / answer | step µs |",
         "|---|---|---|---|---|",
@@ -180,10 +187,13 @@ def steps(rows: list[dict[str, Any]], labels: dict[str, str], cores: int) -> str
         median = statistics.median(rps)
         cost = cores * 1e6 / median
         step = "–" if before is None else f"{cost - before:+.0f}"
-        name = "the whole path" if label == ab.BASELINE else label.rsplit("/", 1)[-1]
+        name = _NAMES.get(label) or label.rsplit("/", 1)[-1].removesuffix(f"+{APP_PATH}")
         lines.append(f"| {name} | {says} | {median:,.0f} | {cost:.0f} | {step} |")
         before = cost
     return "\n".join(lines) + "\n"
+
+
+_NAMES = {APP_PATH: "the app's whole path", ab.BASELINE: "the whole path, the lane on"}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -207,8 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     labels: dict[str, str] = {}
     for cut in args.cuts:
         tree = cut_tree(ROOT, cut, args.trees)
-        labels[f"tree={tree}"] = cut.says
-    labels[ab.BASELINE] = "the whole path, the prediction log included"
+        labels[f"tree={tree}+{APP_PATH}"] = cut.says
+    labels[APP_PATH] = "+ the answers and the prediction log"
+    labels[ab.BASELINE] = "the predict lane instead of the app (decision 047)"
     variants = [ab.BASELINE, *(v for v in labels if v != ab.BASELINE)]
     argv_ab = ["--variants", ",".join(variants), "--rounds", str(args.rounds)]
     code = ab.main([*argv_ab, "--home", str(args.home), "--out", str(args.out)])

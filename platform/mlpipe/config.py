@@ -59,6 +59,9 @@ class ServingSettings(_Section):
     # straight through (at BentoML's default sample rate of 0 it recorded nothing anyway);
     # on, BentoML's own `tracing` configuration (exporter, sample rate) applies.
     tracing: bool = False
+    # The usual POST /predict answered by the worker's protocol, its batches formed by the
+    # event loop's turns (decision 047); false: every request goes through the app's layers.
+    lane: bool = True
 
 
 class PredlogSettings(_Section):

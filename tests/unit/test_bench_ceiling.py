@@ -60,19 +60,26 @@ def test_cut_tree_extracts_the_commit_and_cuts_only_its_file(tmp_path: Path) -> 
 
 def test_steps_are_the_cpu_time_an_answer_between_cuts() -> None:
     rows = [
-        {"label": "tree=/t/front-door", "mode": "closed", "rps": 40_000.0},
-        {"label": "tree=/t/front-door", "mode": "closed", "rps": 50_000.0},
-        {"label": "tree=/t/batched", "mode": "closed", "rps": 20_000.0},
-        {"label": "tree=/t/batched", "mode": "open", "rps": 1.0},  # open loop: not counted
-        {"label": "default", "mode": "closed", "rps": 10_000.0},
+        {"label": "tree=/t/front-door+lane=false", "mode": "closed", "rps": 40_000.0},
+        {"label": "tree=/t/front-door+lane=false", "mode": "closed", "rps": 50_000.0},
+        {"label": "tree=/t/batched+lane=false", "mode": "closed", "rps": 20_000.0},
+        {"label": "tree=/t/batched+lane=false", "mode": "open", "rps": 1.0},  # not counted
+        {"label": "lane=false", "mode": "closed", "rps": 10_000.0},
+        {"label": "default", "mode": "closed", "rps": 16_000.0},
     ]
-    labels = {"tree=/t/front-door": "edge", "tree=/t/batched": "+ batcher", "default": "+ all"}
+    labels = {
+        "tree=/t/front-door+lane=false": "edge",
+        "tree=/t/batched+lane=false": "+ batcher",
+        "lane=false": "+ all",
+        "default": "the lane",
+    }
     table = steps(rows, labels, cores=2)
     lines = table.splitlines()
-    # 2 cores / 45,000 req/s = 44 µs; / 20,000 = 100 µs; / 10,000 = 200 µs
+    # 2 cores / 45,000 req/s = 44 µs; / 20,000 = 100 µs; / 10,000 = 200 µs; / 16,000 = 125 µs
     assert lines[2] == "| front-door | edge | 45,000 | 44 | – |"
     assert lines[3] == "| batched | + batcher | 20,000 | 100 | +56 |"
-    assert lines[4] == "| the whole path | + all | 10,000 | 200 | +100 |"
+    assert lines[4] == "| the app's whole path | + all | 10,000 | 200 | +100 |"
+    assert lines[5] == "| the whole path, the lane on | the lane | 16,000 | 125 | -75 |"
 
 
 def test_an_unknown_cut_is_refused_naming_the_known_ones(

@@ -38,6 +38,13 @@ gets its 503 that way). Above
 saturation the refusals' own CPU decides how much is left for the admitted
 requests (decision 009); this path costs a refusal about half of what the
 front door's did (decision 046).
+
+With :attr:`HeadGuard.lane` set, a ``POST`` the predict lane takes
+(:class:`~mlpipe.serving._lane.PredictLane`: the usual ``/predict``) is not
+given to the app either: the guard gathers its body (the lane's 408 and a
+close if it has not all come in the lane's time), hands it to the lane, and
+writes the lane's answer when it comes (:meth:`HeadGuard.give`), in the
+request's turn on a pipelined connection (decision 047).
 """
 
 from __future__ import annotations

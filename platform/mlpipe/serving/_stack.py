@@ -48,6 +48,14 @@ a scoring ``POST`` with the front door's 503 itself, from its head, through
       through to BentoML's routes (``/livez``, ``/readyz``, ``/metrics``, and
       ``/docs.json``, which it rewrites on the way out).
 
+A ``POST /predict`` these layers would pass untouched (a JSON body of a
+declared length, the worker ready and not saturated, tracing off) skips them
+all: the worker's protocol hands it to the predict lane
+(:class:`~mlpipe.serving.PredictLane`, :func:`predict_lane`), which judges its
+key with the auth layer's :class:`~mlpipe.serving.Keys`, admits it with the
+gateway's checks and scores the requests of one event-loop turn as one batch
+(decision 047). Everything else goes through the stack above.
+
 The layers share three things, each set in one place: the request's context
 (:mod:`mlpipe.serving._context`: its route, matched once by the front door;
 the caller, set by auth; the arrival, stamped by the intake), the worker's
@@ -161,10 +169,10 @@ def predict_lane(
     settings: Settings, *, admission: Admission, runtime: RuntimeSlot, keys: Keys, traffic: Traffic
 ) -> PredictLane | None:
     """The worker's predict lane (decision 047), on the stack's ``admission``, ``runtime``
-    and ``keys``, counting in BentoML's ``traffic`` series; None while ``serving.tracing``
-    is on, as the lane makes no spans."""
+    and ``keys``, counting in BentoML's ``traffic`` series; None with ``serving.lane``
+    off, or ``serving.tracing`` on (the lane makes no spans)."""
     s, r = settings.serving, settings.reliability
-    if s.tracing:
+    if not s.lane or s.tracing:
         return None
     return PredictLane(
         admission=admission,

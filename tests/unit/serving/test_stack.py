@@ -16,13 +16,16 @@ from mlpipe.serving import (
     AuthGateway,
     FrontDoor,
     InferenceProtocol,
+    Keys,
     OverloadGate,
     PredictGateway,
     PredictRequest,
     ReadinessGate,
     RequestIntake,
+    RouteTraffic,
     RuntimeSlot,
     front_door,
+    predict_lane,
     request_stack,
 )
 
@@ -98,3 +101,23 @@ def test_the_intake_refuses_an_oversized_body_above_both_scoring_routes(
     assert resp.status_code == 413
     assert resp.json() == {"error": f"body over {64 * 1024} bytes", "status": 413}
     assert bottom.paths == []
+
+
+@pytest.mark.parametrize(
+    ("serving", "laned"),
+    [({}, True), ({"lane": False}, False), ({"tracing": True}, False)],
+    ids=["default", "lane-off", "tracing"],
+)
+def test_the_predict_lane_is_on_unless_switched_off_or_tracing(
+    tmp_path: Path, serving: dict[str, Any], laned: bool
+) -> None:
+    settings = load_settings(home=tmp_path, serving=serving, security={"auth": "off"})
+    admission, runtime = Admission(2), RuntimeSlot()
+    keys = Keys(settings)
+    lane = predict_lane(
+        settings, admission=admission, runtime=runtime, keys=keys, traffic=RouteTraffic()
+    )
+    assert (lane is not None) is laned
+    if lane is not None:  # on the stack's own admission, runtime and keys
+        assert (lane.admission, lane.runtime, lane.keys) == (admission, runtime, keys)
+        assert lane.window == settings.serving.max_batch_size
