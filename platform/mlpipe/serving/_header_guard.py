@@ -411,12 +411,17 @@ class HeadGuard(HttpToolsProtocol):
 
     def _response(self, answer: Shed, *, close: bool) -> bytes:
         """A whole response written by the protocol itself: the server's default headers,
-        ``answer``'s, its length, and ``Connection: close`` if ``close``."""
+        ``answer``'s, its length and ``Connection: close`` if ``close`` (each unless
+        ``answer`` has it already, as an app's answer may)."""
         lines = [STATUS_LINE[answer.status]]
+        sized = closing = False
         for name, value in (*self.server_state.default_headers, *answer.headers):
             lines += [name, b": ", value, b"\r\n"]
-        lines += [b"content-length: ", str(len(answer.body)).encode("ascii"), b"\r\n"]
-        if close:
+            sized = sized or name == b"content-length"
+            closing = closing or (name == b"connection" and value == b"close")
+        if not sized:
+            lines += [b"content-length: ", str(len(answer.body)).encode("ascii"), b"\r\n"]
+        if close and not closing:
             lines.append(b"connection: close\r\n")
         lines += [b"\r\n", answer.body]
         return b"".join(lines)

@@ -150,11 +150,11 @@ class PredictLane:
         caller = ANONYMOUS if self.keys.is_open(_PATH) else self.keys.judge(scope["headers"])
         series.began()
         if isinstance(caller, Denied):
-            body = json.dumps(caller.body).encode()
-            headers = [_JSON, *caller.headers]
             series.answered(caller.body["status"], 0.0)
             series.ended()
-            return Shed(caller.body["status"], headers, body)
+            return _answer(
+                caller.body["status"], _JSON, json.dumps(caller.body).encode(), caller.headers
+            )
         return Laned(caller, series)
 
     def too_slow(self, laned: Laned) -> Shed:
@@ -197,7 +197,7 @@ class PredictLane:
             logger.exception("the predict lane failed on a batch of %d", len(batch))
             for laned in batch:
                 if laned.protocol is not None and not laned.given:
-                    answer = self._answered(laned, 500, [_TEXT], b"Internal Server Error")
+                    answer = self._answered(laned, 500, _TEXT, b"Internal Server Error")
                     self._give(laned, answer, close=True)
 
     async def _score(self, batch: list[Laned]) -> None:
@@ -228,7 +228,7 @@ class PredictLane:
                 continue
             seconds = time.perf_counter() - laned.started
             metrics.request_latency(req.model, result["arm"]).observe(seconds)
-            self._give(laned, self._answered(laned, 200, [_JSON], _ENCODE(result)))
+            self._give(laned, self._answered(laned, 200, _JSON, _ENCODE(result)))
 
     def _failed(self, exc: Exception, request_id: str | None) -> dict[str, Any]:
         """The deadline layer's 504, or the gateway's answer to a failed batch (500, logged)."""
@@ -243,15 +243,20 @@ class PredictLane:
     ) -> Shed:
         """The error ``body`` as the app's ``refuse`` answers it, counted by its status."""
         count_refusal(self.runtime, body["status"])
-        headers = [_JSON, *(extra or [])]
-        return self._answered(laned, body["status"], headers, json.dumps(body).encode())
+        return self._answered(laned, body["status"], _JSON, json.dumps(body).encode(), extra)
 
     def _answered(
-        self, laned: Laned, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+        self,
+        laned: Laned,
+        status: int,
+        content_type: tuple[bytes, bytes],
+        body: bytes,
+        extra: list[tuple[bytes, bytes]] | None = None,
     ) -> Shed:
+        """The answer, counted in BentoML's traffic series as answered and ended."""
         laned.series.answered(status, max(time.perf_counter() - laned.started, 0.0))
         laned.series.ended()
-        return Shed(status, headers, body)
+        return _answer(status, content_type, body, extra)
 
     def _give(self, laned: Laned, answer: Shed, *, close: bool = False) -> None:
         """Answer an admitted request and let its slot go; every ``reconnect_every``-th
@@ -262,6 +267,18 @@ class PredictLane:
         close = close or (bool(self.reconnect_every) and self._admitted % self.reconnect_every == 0)
         assert laned.protocol is not None
         laned.protocol.give(laned.cycle, answer, close=close)
+
+
+def _answer(
+    status: int,
+    content_type: tuple[bytes, bytes],
+    body: bytes,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> Shed:
+    """An answer with its headers in the app's order: the type, the length, then ``extra``
+    (as ``send_json`` and the gateway write them; uvicorn adds the date before them)."""
+    headers = [content_type, (b"content-length", str(len(body)).encode()), *(extra or [])]
+    return Shed(status, headers, body)
 
 
 def _plain_length(headers: list[tuple[bytes, bytes]]) -> int | None:
