@@ -56,6 +56,31 @@ def test_a_front_door_app_gets_a_protocol_that_sheds_with_it(
     assert isinstance(other, type) and issubclass(other, HeadGuard) and other.shed is None
 
 
+def test_a_front_door_app_hands_its_predict_lane_to_the_protocol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlpipe.config import load_settings
+    from mlpipe.serving import Keys, RouteTraffic, RuntimeSlot, predict_lane
+
+    monkeypatch.setenv("MLPIPE_HOME", str(tmp_path))
+    settings = load_settings(home=tmp_path, security={"auth": "off"})
+    admission = Admission(1)
+    lane = predict_lane(
+        settings,
+        admission=admission,
+        runtime=RuntimeSlot(),
+        keys=Keys(settings),
+        traffic=RouteTraffic(),
+    )
+    assert lane is not None
+    laned = worker_config(
+        FrontDoor(_app, admission=admission, lane=lane), backlog=32, graceful_s=None
+    ).http
+    assert isinstance(laned, type) and issubclass(laned, HeadGuard) and laned.lane is lane
+    unlaned = worker_config(FrontDoor(_app, admission=admission), backlog=32, graceful_s=None).http
+    assert isinstance(unlaned, type) and unlaned.lane is None  # serving.lane off, or tracing
+
+
 def test_a_worker_collects_cycles_at_its_own_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Set before the service loads (decision 043), so every object of the worker's life
     is collected at them."""
