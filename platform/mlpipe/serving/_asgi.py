@@ -62,6 +62,14 @@ async def read_body(scope: Scope, receive: Receive, limit: int | None = None) ->
             return b"".join(chunks)
 
 
+def response_head(
+    content_type: bytes, body: bytes, extra: Sequence[tuple[bytes, bytes]] = ()
+) -> list[tuple[bytes, bytes]]:
+    """An answer's headers in the order every mlpipe answer has them: its type, its length,
+    then ``extra`` (the app's answers and the predict lane's, which must match)."""
+    return [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *extra]
+
+
 async def send_json(
     send: Send,
     status: int,
@@ -70,16 +78,13 @@ async def send_json(
 ) -> None:
     """Answer with ``body`` as JSON (Content-Type and Content-Length set) and ``headers``."""
     data = json.dumps(body).encode()
-    head = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(data)).encode()),
-        *headers,
-    ]
+    head = response_head(b"application/json", data, headers)
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
 __all__ = [
+    "response_head",
     "CONNECTION_CLOSE",
     "NO_CONTEXT",
     "ASGIApp",

@@ -54,6 +54,7 @@ from mlpipe.serving._asgi import (
     Scope,
     Send,
     read_body,
+    response_head,
 )
 from mlpipe.serving._context import RequestContext, Route, context_of
 from mlpipe.serving._error_bodies import (
@@ -76,7 +77,6 @@ from mlpipe.serving._schema import (
     describe_validation_error,
 )
 
-_JSON = [(b"content-type", b"application/json")]
 logger = logging.getLogger("mlpipe.serving.gateway")
 _PREDICT = "/predict"
 _ENCODE = msgspec.json.encode
@@ -221,7 +221,7 @@ class PredictGateway:
         assert rt is not None  # admitted: the slot holds a ready runtime
         rt.metrics.request_latency(req.model, result["arm"]).observe(time.perf_counter() - started)
         data = _ENCODE(result)
-        headers = [*_JSON, (b"content-length", str(len(data)).encode())]
+        headers = response_head(b"application/json", data)
         if self.response_headers is not None:
             headers += self.response_headers()
         await send({"type": "http.response.start", "status": 200, "headers": headers})

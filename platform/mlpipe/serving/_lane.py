@@ -45,10 +45,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import msgspec
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 
 from mlpipe.errors import MlpipeError
 from mlpipe.serving._admission import Admission
-from mlpipe.serving._asgi import CONNECTION_CLOSE, NO_CONTEXT
+from mlpipe.serving._asgi import CONNECTION_CLOSE, NO_CONTEXT, response_head
 from mlpipe.serving._auth import Denied, Keys
 from mlpipe.serving._context import ANONYMOUS, Caller, RequestContext, Route
 from mlpipe.serving._error_bodies import BodyTooSlow, TimedOut, error_for
@@ -61,9 +62,8 @@ from mlpipe.serving._timeouts import Timeouts
 logger = logging.getLogger("mlpipe.serving.lane")
 
 _PATH = "/predict"
-_MOST_BODY = 65536  # uvicorn's HIGH_WATER_LIMIT: past it, reading waits for the app to read
-_JSON = (b"content-type", b"application/json")
-_TEXT = (b"content-type", b"text/plain; charset=utf-8")
+_JSON = b"application/json"
+_TEXT = b"text/plain; charset=utf-8"
 _ENCODE = msgspec.json.encode
 
 
@@ -124,7 +124,8 @@ class PredictLane:
         self.runtime = runtime
         self.keys = keys
         self.traffic = traffic
-        self.max_body_bytes = min(max_body_bytes, _MOST_BODY)
+        # past uvicorn's high-water mark, reading waits for an app that reads
+        self.max_body_bytes = min(max_body_bytes, HIGH_WATER_LIMIT)
         self.timeout_s = timeout_s
         self.window = max_batch_size
         self.retry_after = (b"retry-after", str(retry_after_s).encode())
@@ -249,7 +250,7 @@ class PredictLane:
         self,
         laned: Laned,
         status: int,
-        content_type: tuple[bytes, bytes],
+        content_type: bytes,
         body: bytes,
         extra: list[tuple[bytes, bytes]] | None = None,
     ) -> Shed:
@@ -271,14 +272,13 @@ class PredictLane:
 
 def _answer(
     status: int,
-    content_type: tuple[bytes, bytes],
+    content_type: bytes,
     body: bytes,
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> Shed:
-    """An answer with its headers in the app's order: the type, the length, then ``extra``
-    (as ``send_json`` and the gateway write them; uvicorn adds the date before them)."""
-    headers = [content_type, (b"content-length", str(len(body)).encode()), *(extra or [])]
-    return Shed(status, headers, body)
+    """An answer with its headers as the app's (``response_head``); the protocol adds the
+    date before them."""
+    return Shed(status, response_head(content_type, body, extra or ()), body)
 
 
 def _plain_length(headers: list[tuple[bytes, bytes]]) -> int | None:
